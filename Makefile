@@ -1,0 +1,31 @@
+# The two set-up commands of README.md: `make demo` and `make test`.
+# Each creates the virtualenv itself; only Python 3.11+ needs to be present.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint generate clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m pgbaton.demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check src tests tools
+	$(PY) -m mypy
+	$(PY) tools/async_to_sync.py --check
+
+generate: $(VENV)/.installed
+	$(PY) tools/async_to_sync.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

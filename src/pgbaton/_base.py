@@ -1,0 +1,299 @@
+"""What the sync and async queues share that does no I/O: settings, checks, encoding."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import re
+import traceback
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigurationError, InvalidArgument, NotSerializable
+
+STATUSES = ("pending", "running", "done", "failed", "cancelled")
+DSN_VARIABLES = ("PGBATON_DSN", "DATABASE_URL")
+MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
+NOTIFY_SUFFIX = "_jobs"
+
+RETRY_BASE_SECONDS = 1.0
+RETRY_CAP_SECONDS = 3600.0
+
+ENQUEUE_OPTIONS = frozenset(
+    {"queue", "priority", "run_at", "delay", "key", "idempotency_key", "max_attempts"}
+)
+
+
+def resolve_dsn(dsn: str | None) -> str:
+    """The DSN from the argument, else PGBATON_DSN, else DATABASE_URL."""
+    if dsn:
+        return dsn
+    for variable in DSN_VARIABLES:
+        value = os.environ.get(variable)
+        if value:
+            return value
+    raise ConfigurationError(
+        "no database given: pass dsn=..., or set PGBATON_DSN or DATABASE_URL"
+    )
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN with any password hidden, fit for an error message."""
+    dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+
+
+def notify_channel(schema: str) -> str:
+    return schema + NOTIFY_SUFFIX
+
+
+def to_json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise NotSerializable(f"{what} cannot be stored as JSON: {error}") from None
+
+
+def check_lease(lease: float) -> float:
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
+        raise InvalidArgument(f"lease must be a positive number of seconds, got {lease!r}")
+    return float(lease)
+
+
+def check_status(status: str | None) -> str | None:
+    if status is not None and status not in STATUSES:
+        raise InvalidArgument(
+            f"unknown status {status!r}: use one of {', '.join(STATUSES)}"
+        )
+    return status
+
+
+def check_queues(queues: Iterable[str] | None) -> list[str] | None:
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        queues = [queues]
+    names = list(queues)
+    if not names or not all(isinstance(q, str) and q for q in names):
+        raise InvalidArgument(f"queues must be a non-empty list of queue names, got {names!r}")
+    return names
+
+
+def check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(f"limit must be a whole number of at least 1, got {limit!r}")
+    return limit
+
+
+def job_params(
+    task: str,
+    args: Mapping[str, Any] | None = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: dt.datetime | None = None,
+    delay: float | None = None,
+    key: str | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int = 5,
+) -> dict[str, Any]:
+    """Check one job's fields and encode them as statement parameters."""
+    if not isinstance(task, str) or not task:
+        raise InvalidArgument(f"task must be a non-empty string, got {task!r}")
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping):
+        raise InvalidArgument(
+            f"args for task {task!r} must be a mapping of keyword arguments, "
+            f"got {type(args).__name__}"
+        )
+    if not all(isinstance(name, str) for name in args):
+        raise NotSerializable(f"args for task {task!r} must have string keys")
+    if not isinstance(queue, str) or not queue:
+        raise InvalidArgument(f"queue must be a non-empty string, got {queue!r}")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be a whole number, got {priority!r}")
+    if run_at is not None and delay is not None:
+        raise InvalidArgument("give run_at or delay, not both")
+    if run_at is not None and (
+        not isinstance(run_at, dt.datetime) or run_at.tzinfo is None
+    ):
+        raise InvalidArgument(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+    if delay is not None and (
+        isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0
+    ):
+        raise InvalidArgument(f"delay must be a number of seconds >= 0, got {delay!r}")
+    for name, value in (("key", key), ("idempotency_key", idempotency_key)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise InvalidArgument(f"{name} must be a non-empty string or None, got {value!r}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidArgument(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
+    return {
+        "queue": queue,
+        "task": task,
+        "args": to_json(dict(args), f"args for task {task!r}"),
+        "priority": priority,
+        "run_at": run_at,
+        "delay": float(delay or 0.0),
+        "key": key,
+        "idempotency_key": idempotency_key,
+        "max_attempts": max_attempts,
+    }
+
+
+def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Check every job before any is written; encode them as one array per column."""
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "queue", "task", "args", "priority", "run_at", "delay", "key",
+            "idempotency_key", "max_attempts",
+        )
+    }
+    for position, job in enumerate(jobs):
+        if not isinstance(job, Mapping) or "task" not in job:
+            raise InvalidArgument(f"job {position} must be a mapping with a 'task'")
+        unknown = set(job) - ENQUEUE_OPTIONS - {"task", "args"}
+        if unknown:
+            raise InvalidArgument(
+                f"job {position} has unknown fields {sorted(unknown)}; allowed: task, args, "
+                f"{', '.join(sorted(ENQUEUE_OPTIONS))}"
+            )
+        try:
+            params = job_params(**job)
+        except InvalidArgument as error:
+            raise type(error)(f"job {position}: {error}") from None
+        for name, value in params.items():
+            columns[name].append(value)
+    return columns
+
+
+def error_json(error: BaseException | str) -> str:
+    """An attempt's error as stored in the job's `errors` list."""
+    if isinstance(error, BaseException):
+        entry = {
+            "type": type(error).__name__,
+            "message": str(error),
+            "traceback": "".join(traceback.format_exception(error)),
+        }
+    elif isinstance(error, str):
+        entry = {"type": "Error", "message": error}
+    else:
+        raise InvalidArgument(f"error must be an exception or a string, got {error!r}")
+    return json.dumps(entry)
+
+
+def retry_delay(attempts: int, retry_in: float | None) -> float:
+    """Seconds before the next attempt: capped exponential backoff with full jitter's
+    kinder cousin (half fixed, half random), so a burst of failures spreads out."""
+    if retry_in is not None:
+        if isinstance(retry_in, bool) or not isinstance(retry_in, int | float) or retry_in < 0:
+            raise InvalidArgument(f"retry_in must be a number of seconds >= 0, got {retry_in!r}")
+        return float(retry_in)
+    ceiling = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2.0 ** max(attempts - 1, 0))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+@dataclass(slots=True)
+class Claim:
+    """A job this worker holds: proof of ownership for complete, fail and heartbeat."""
+
+    id: int
+    token: uuid.UUID
+    attempts: int
+    max_attempts: int
+    task: str
+    args: dict[str, Any]
+    key: str | None
+    queue: str
+    priority: int
+    lease_until: dt.datetime
+    created_at: dt.datetime
+    job_idempotency_key: str | None = field(default=None, repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same on every attempt of this job: hand it to the systems the job calls."""
+        return self.job_idempotency_key or f"pgbaton-job-{self.id}"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Claim:
+        return cls(
+            id=row["id"],
+            token=row["claim_token"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            task=row["task"],
+            args=row["args"],
+            key=row["key"],
+            queue=row["queue"],
+            priority=row["priority"],
+            lease_until=row["lease_until"],
+            created_at=row["created_at"],
+            job_idempotency_key=row["idempotency_key"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job row as stored, for inspection."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    status: str
+    priority: int
+    run_at: dt.datetime
+    attempts: int
+    max_attempts: int
+    key: str | None
+    idempotency_key: str | None
+    claim_token: uuid.UUID | None
+    lease_until: dt.datetime | None
+    worker_id: str | None
+    errors: list[dict[str, Any]]
+    result: Any
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        return cls(**row)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts of one queue's jobs by status."""
+
+    queue: str
+    pending: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int
+    expired_leases: int
+    oldest_pending_seconds: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueueStats:
+        return cls(**row)
+
+
+def held_params(claims: Iterable[Claim]) -> dict[str, list[Any]]:
+    claims = list(claims)
+    for claim in claims:
+        if not isinstance(claim, Claim):
+            raise InvalidArgument(f"expected a Claim from claim(), got {claim!r}")
+    return {"ids": [c.id for c in claims], "tokens": [c.token for c in claims]}
+
+
+def as_claim_list(claim_or_claims: Claim | Iterable[Claim]) -> list[Claim]:
+    if isinstance(claim_or_claims, Claim):
+        return [claim_or_claims]
+    return list(claim_or_claims)

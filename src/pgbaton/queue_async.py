@@ -1,0 +1,348 @@
+"""The data plane of pgbaton: enqueue, claim, lease and fence (async source).
+
+Every method is one statement from sql/queries.sql. Claims run on autocommit
+connections, so each claim is its own short transaction: claim, commit, then work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import DictRow, dict_row
+
+from . import _database_async as database
+from . import _sql
+from ._base import (
+    Claim,
+    Job,
+    QueueStats,
+    as_claim_list,
+    check_lease,
+    check_limit,
+    check_queues,
+    check_status,
+    error_json,
+    held_params,
+    job_params,
+    many_job_params,
+    notify_channel,
+    redact_dsn,
+    resolve_dsn,
+    retry_delay,
+    to_json,
+)
+from .errors import ConnectionFailed, InvalidArgument
+
+Row = dict[str, Any]
+Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+
+
+class AsyncQueue:
+    """A handle on one pgbaton schema in one database.
+
+    Connections come from a small pool, opened on first use after checking that the
+    server is reachable, new enough, and migrated to this version of pgbaton.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgbaton",
+        pool_size: int = 4,
+    ) -> None:
+        self.dsn = resolve_dsn(dsn)
+        self.schema = _sql.check_schema_name(schema)
+        self.channel = notify_channel(schema)
+        self._sql = _sql.queries(schema)
+        self._pool_size = pool_size
+        self._pool: Pool | None = None
+        self._opening = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    # -- connections ----------------------------------------------------------------
+
+    async def connect(self, **kwargs: Any) -> psycopg.AsyncConnection[DictRow]:
+        """A new connection of this queue's own (for LISTEN, or a caller's transaction)."""
+        return await database.connect(self.dsn, **kwargs)
+
+    async def _open_pool(self) -> Pool:
+        async with self._opening:
+            if self._pool is None:
+                conn = await database.connect(self.dsn, autocommit=True)
+                try:
+                    await database.check_schema(conn, self.schema)
+                finally:
+                    await conn.close()
+                pool = Pool(
+                    self.dsn,
+                    connection_class=psycopg.AsyncConnection[DictRow],
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True, "row_factory": dict_row},
+                    open=False,
+                )
+                await pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
+                self._pool = pool
+            return pool
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+        pool = self._pool or await self._open_pool()
+        try:
+            async with pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            raise ConnectionFailed(
+                f"lost the connection to PostgreSQL at {redact_dsn(self.dsn)}: {error}"
+            ) from error
+
+    async def _fetch(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[Row]:
+        query = self._sql[name]
+        if conn is not None:
+            if not isinstance(conn, psycopg.AsyncConnection):
+                raise InvalidArgument(
+                    f"conn must be a psycopg.AsyncConnection, got {type(conn).__name__}"
+                )
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(query, params)
+                return await cursor.fetchall() if cursor.description else []
+        async with self._connection() as pooled:
+            cursor = await pooled.execute(query, params)
+            return await cursor.fetchall() if cursor.description else []
+
+    # -- schema ---------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Bring the schema up to date; returns the versions applied (none if current)."""
+        conn = await database.connect(self.dsn, autocommit=True)
+        try:
+            return await database.migrate(conn, self.schema)
+        finally:
+            await conn.close()
+
+    async def schema_version(self) -> int:
+        conn = await database.connect(self.dsn, autocommit=True)
+        try:
+            return await database.schema_version(conn, self.schema)
+        finally:
+            await conn.close()
+
+    # -- producing ------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: float | None = None,
+        key: str | None = None,
+        idempotency_key: str | None = None,
+        max_attempts: int = 5,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Add one job; returns its id. With conn=, it is written in the caller's
+        transaction. An idempotency key already present returns that job's id."""
+        params = job_params(
+            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+        )
+        rows = await self._fetch("job_insert", params, conn)
+        if not rows:
+            # The key was inserted by a transaction that committed after this
+            # statement's snapshot: a fresh statement sees it.
+            return (await self._ids_by_idempotency_key([idempotency_key], conn))[
+                cast(str, idempotency_key)
+            ]
+        return int(rows[0]["id"])
+
+    async def enqueue_many(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[int]:
+        """Add many jobs in one statement; ids come back in input order."""
+        columns = many_job_params(jobs)
+        if not columns["task"]:
+            return []
+        rows = await self._fetch("job_insert_many", columns, conn)
+        missing = [row["idempotency_key"] for row in rows if row["id"] is None]
+        existing = await self._ids_by_idempotency_key(missing, conn) if missing else {}
+        return [
+            int(row["id"]) if row["id"] is not None else existing[row["idempotency_key"]]
+            for row in rows
+        ]
+
+    async def _ids_by_idempotency_key(
+        self, keys: Sequence[str | None], conn: psycopg.AsyncConnection[Any] | None
+    ) -> dict[str, int]:
+        rows = await self._fetch("job_ids_by_idempotency_key", {"keys": list(keys)}, conn)
+        return {row["idempotency_key"]: int(row["id"]) for row in rows}
+
+    # -- consuming ------------------------------------------------------------------
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease: float = 30.0,
+        queues: Iterable[str] | None = None,
+    ) -> list[Claim]:
+        """Claim up to `limit` claimable jobs in one statement, committed at once."""
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidArgument(f"worker_id must be a non-empty string, got {worker_id!r}")
+        params = {
+            "worker_id": worker_id,
+            "limit": check_limit(limit),
+            "lease": check_lease(lease),
+            "queues": check_queues(queues),
+        }
+        for _ in range(3):
+            try:
+                rows = await self._fetch("job_claim_many", params)
+            except psycopg.errors.UniqueViolation:
+                # jobs_one_running_per_key caught two claims racing for one key whose
+                # jobs committed out of id order; the other claim won, try again.
+                continue
+            return [Claim.from_row(row) for row in rows]
+        return []
+
+    async def heartbeat(
+        self, claim_or_claims: Claim | Iterable[Claim], *, lease: float = 30.0
+    ) -> list[bool]:
+        """Extend the leases of claims still held, in one statement. Returns, for each
+        claim in order, whether it is still held; held claims get their new lease_until."""
+        claims = as_claim_list(claim_or_claims)
+        if not claims:
+            return []
+        params = {**held_params(claims), "lease": check_lease(lease)}
+        rows = await self._fetch("job_heartbeat_many", params)
+        extended = {(row["id"]): row["lease_until"] for row in rows}
+        for claim in claims:
+            if claim.id in extended:
+                claim.lease_until = extended[claim.id]
+        return [claim.id in extended for claim in claims]
+
+    async def complete(self, claim: Claim, result: Any = None) -> bool:
+        """Mark the job done. False: this claim was lost and nothing was changed."""
+        return (await self.complete_many([(claim, result)]))[0]
+
+    async def complete_many(self, outcomes: Iterable[tuple[Claim, Any]]) -> list[bool]:
+        """Complete many jobs in one statement, each row fenced by its own token."""
+        outcomes = list(outcomes)
+        if not outcomes:
+            return []
+        claims = [claim for claim, _ in outcomes]
+        params = {
+            **held_params(claims),
+            "results": [
+                None if result is None else to_json(result, f"result of job {claim.id}")
+                for claim, result in outcomes
+            ],
+        }
+        done = {row["id"] for row in await self._fetch("job_complete_many", params)}
+        return [claim.id in done for claim in claims]
+
+    async def fail(
+        self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None
+    ) -> bool:
+        """Record a failed attempt: retry later, or `failed` after the last attempt.
+        False: this claim was lost and nothing was changed."""
+        return (await self.fail_many([(claim, error, retry_in)]))[0]
+
+    async def fail_many(
+        self, failures: Iterable[tuple[Claim, BaseException | str, float | None]]
+    ) -> list[bool]:
+        """Fail many jobs in one statement, each row fenced by its own token."""
+        failures = list(failures)
+        if not failures:
+            return []
+        claims = [claim for claim, _, _ in failures]
+        params = {
+            **held_params(claims),
+            "errors": [error_json(error) for _, error, _ in failures],
+            "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
+        }
+        failed = {row["id"] for row in await self._fetch("job_fail_many", params)}
+        return [claim.id in failed for claim in claims]
+
+    async def release(self, claim: Claim) -> bool:
+        """Hand a job back to pending without spending an attempt (a worker shutting
+        down). False: this claim was lost and nothing was changed."""
+        return (await self.release_many([claim]))[0]
+
+    async def release_many(self, claims: Iterable[Claim]) -> list[bool]:
+        """Release many jobs in one statement, each row fenced by its own token."""
+        claims = list(claims)
+        if not claims:
+            return []
+        released = {row["id"] for row in await self._fetch("job_release_many", held_params(claims))}
+        return [claim.id in released for claim in claims]
+
+    # -- maintenance and inspection -------------------------------------------------
+
+    async def reap(self) -> int:
+        """Expired leases go back to pending, or to failed with no attempts left."""
+        return len(await self._fetch("job_reap"))
+
+    async def cancel(self, job_id: int) -> bool:
+        """Cancel a pending or running job; a running holder loses its claim."""
+        return bool(await self._fetch("job_cancel", {"id": job_id}))
+
+    async def retry(self, job_id: int) -> bool:
+        """Send a failed or cancelled job back to pending with a fresh set of attempts."""
+        return bool(await self._fetch("job_retry", {"id": job_id}))
+
+    async def get(self, job_id: int) -> Job | None:
+        rows = await self._fetch("job_get", {"id": job_id})
+        return Job.from_row(rows[0]) if rows else None
+
+    async def jobs(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """The newest jobs first, filtered by status, queue and task."""
+        params = {
+            "status": check_status(status),
+            "queue": queue,
+            "task": task,
+            "limit": check_limit(limit),
+        }
+        return [Job.from_row(row) for row in await self._fetch("job_list", params)]
+
+    async def stats(self) -> list[QueueStats]:
+        """Per queue: jobs by status, expired leases, age of the oldest claimable job."""
+        return [QueueStats.from_row(row) for row in await self._fetch("queue_stats")]

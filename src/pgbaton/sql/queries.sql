@@ -1,0 +1,211 @@
+-- Every statement pgbaton runs, by name. Names are noun_verb.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+
+-- name: server_version
+SELECT current_setting('server_version_num')::int AS version_num,
+       current_setting('server_version') AS version;
+
+-- name: migration_lock
+SELECT pg_advisory_xact_lock(hashtext('pgbaton.migrate.' || %(schema)s));
+
+-- name: schema_create
+CREATE SCHEMA IF NOT EXISTS __schema__;
+
+-- name: schema_version_create
+CREATE TABLE IF NOT EXISTS __schema__.schema_version (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_version_get
+SELECT coalesce(max(version), 0) AS version FROM __schema__.schema_version;
+
+-- name: schema_version_table_exists
+SELECT to_regclass(%(table)s) IS NOT NULL AS exists;
+
+-- name: schema_version_record
+INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: job_insert
+WITH inserted AS (
+    INSERT INTO __schema__.jobs
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+    VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+            %(key)s, %(idempotency_key)s, %(max_attempts)s)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+)
+SELECT id FROM inserted
+UNION ALL
+SELECT id FROM __schema__.jobs
+WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: job_insert_many
+-- Ids are drawn before the insert so that each comes back beside its input position.
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('__schema__.jobs', 'id')) AS id, t.*
+    FROM unnest(%(queue)s::text[], %(task)s::text[], %(args)s::jsonb[], %(priority)s::int[],
+                %(run_at)s::timestamptz[], %(delay)s::float8[], %(key)s::text[],
+                %(idempotency_key)s::text[], %(max_attempts)s::int[])
+         WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
+                              idempotency_key, max_attempts, position)
+),
+inserted AS (
+    INSERT INTO __schema__.jobs
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+    SELECT id, queue, task, args, priority,
+           coalesce(run_at, now() + make_interval(secs => delay)),
+           key, idempotency_key, max_attempts
+    FROM input ORDER BY position
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+)
+SELECT input.position, inserted.id, input.idempotency_key
+FROM input LEFT JOIN inserted ON inserted.id = input.id
+ORDER BY input.position;
+
+-- name: job_ids_by_idempotency_key
+SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(keys)s::text[]);
+
+-- name: job_claim_many
+-- The seed's claim: one statement, its own transaction. SKIP LOCKED passes over rows
+-- that another claim holds, so claims neither collide nor wait. A keyed job is a
+-- candidate only while no other job of its key runs and none older is pending.
+WITH candidate AS (
+    SELECT j.id
+    FROM __schema__.jobs AS j
+    WHERE j.status = 'pending'
+      AND j.run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND (j.key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM __schema__.jobs AS other
+            WHERE other.key = j.key
+              AND other.status IN ('pending', 'running')
+              AND other.id <> j.id
+              AND (other.status = 'running' OR other.id < j.id)))
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE __schema__.jobs AS j
+SET status      = 'running',
+    claim_token = gen_random_uuid(),
+    lease_until = now() + make_interval(secs => %(lease)s::float8),
+    attempts    = j.attempts + 1,
+    worker_id   = %(worker_id)s,
+    started_at  = now()
+FROM candidate AS c
+WHERE j.id = c.id
+RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+          j.queue, j.priority, j.lease_until, j.idempotency_key, j.created_at;
+
+-- name: job_heartbeat_many
+UPDATE __schema__.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING j.id, j.lease_until;
+
+-- name: job_complete_many
+UPDATE __schema__.jobs AS j
+SET status      = 'done',
+    claim_token = NULL,
+    lease_until = NULL,
+    result      = held.result,
+    finished_at = now()
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
+     AS held(id, token, result)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: job_fail_many
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                       ELSE now() + make_interval(secs => held.retry_in) END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    errors      = j.errors || jsonb_build_array(held.error
+                      || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
+                                            'at', now())),
+    worker_id   = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::jsonb[], %(retry_in)s::float8[])
+     AS held(id, token, error, retry_in)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING j.id, j.status;
+
+-- name: job_release_many
+UPDATE __schema__.jobs AS j
+SET status      = 'pending',
+    claim_token = NULL,
+    lease_until = NULL,
+    attempts    = j.attempts - 1,
+    worker_id   = NULL,
+    started_at  = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING j.id;
+
+-- name: job_reap
+-- The seed's reaper. Clearing the token is what fences the stalled holder out.
+-- run_at stays, so the job keeps its place in the claim order.
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    errors      = j.errors || jsonb_build_array(jsonb_build_object(
+                      'type', 'LeaseExpired',
+                      'message', 'the lease expired before the worker finished the job',
+                      'attempt', j.attempts, 'worker_id', j.worker_id, 'at', now())),
+    worker_id   = NULL
+WHERE j.status = 'running' AND j.lease_until < now()
+RETURNING j.id, j.status;
+
+-- name: job_cancel
+UPDATE __schema__.jobs
+SET status = 'cancelled', claim_token = NULL, lease_until = NULL, finished_at = now()
+WHERE id = %(id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- name: job_retry
+UPDATE __schema__.jobs
+SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, worker_id = NULL
+WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+RETURNING id;
+
+-- name: job_get
+SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+       idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
+       started_at, finished_at
+FROM __schema__.jobs
+WHERE id = %(id)s;
+
+-- name: job_list
+SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+       idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
+       started_at, finished_at
+FROM __schema__.jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: queue_stats
+SELECT queue,
+       count(*) FILTER (WHERE status = 'pending')   AS pending,
+       count(*) FILTER (WHERE status = 'running')   AS running,
+       count(*) FILTER (WHERE status = 'done')      AS done,
+       count(*) FILTER (WHERE status = 'failed')    AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired_leases,
+       extract(epoch FROM now() - min(run_at) FILTER (
+           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds
+FROM __schema__.jobs
+GROUP BY queue
+ORDER BY queue;
