@@ -45,6 +45,12 @@ Row = dict[str, Any]
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
 
 
+def _changed(rows: list[Row], count: int) -> list[bool]:
+    """For each input position of a *_many statement, whether its row was changed."""
+    positions = {row["position"] for row in rows}
+    return [position in positions for position in range(1, count + 1)]
+
+
 class Queue:
     """A handle on one pgbaton schema in one database.
 
@@ -248,11 +254,11 @@ class Queue:
             return []
         params = {**held_params(claims), "lease": check_lease(lease)}
         rows = self._fetch("job_heartbeat_many", params)
-        extended = {(row["id"]): row["lease_until"] for row in rows}
-        for claim in claims:
-            if claim.id in extended:
-                claim.lease_until = extended[claim.id]
-        return [claim.id in extended for claim in claims]
+        extended = {row["position"]: row["lease_until"] for row in rows}
+        for position, claim in enumerate(claims, start=1):
+            if position in extended:
+                claim.lease_until = extended[position]
+        return _changed(rows, len(claims))
 
     def complete(self, claim: Claim, result: Any = None) -> bool:
         """Mark the job done. False: this claim was lost and nothing was changed."""
@@ -271,8 +277,7 @@ class Queue:
                 for claim, result in outcomes
             ],
         }
-        done = {row["id"] for row in self._fetch("job_complete_many", params)}
-        return [claim.id in done for claim in claims]
+        return _changed(self._fetch("job_complete_many", params), len(claims))
 
     def fail(
         self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None
@@ -294,8 +299,7 @@ class Queue:
             "errors": [error_json(error) for _, error, _ in failures],
             "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
         }
-        failed = {row["id"] for row in self._fetch("job_fail_many", params)}
-        return [claim.id in failed for claim in claims]
+        return _changed(self._fetch("job_fail_many", params), len(claims))
 
     def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
@@ -307,8 +311,8 @@ class Queue:
         claims = list(claims)
         if not claims:
             return []
-        released = {row["id"] for row in self._fetch("job_release_many", held_params(claims))}
-        return [claim.id in released for claim in claims]
+        rows = self._fetch("job_release_many", held_params(claims))
+        return _changed(rows, len(claims))
 
     # -- maintenance and inspection -------------------------------------------------
 

@@ -103,11 +103,13 @@ RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key
           j.queue, j.priority, j.lease_until, j.idempotency_key, j.created_at;
 
 -- name: job_heartbeat_many
+-- The *_many statements return the input positions they changed: two claims of one
+-- job (a stale and a live one) may share an id, never a token.
 UPDATE __schema__.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING j.id, j.lease_until;
+RETURNING held.position, j.lease_until;
 
 -- name: job_complete_many
 UPDATE __schema__.jobs AS j
@@ -117,9 +119,9 @@ SET status      = 'done',
     result      = held.result,
     finished_at = now()
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
-     AS held(id, token, result)
+     WITH ORDINALITY AS held(id, token, result, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING held.position;
 
 -- name: job_fail_many
 UPDATE __schema__.jobs AS j
@@ -134,9 +136,9 @@ SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pen
                                             'at', now())),
     worker_id   = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::jsonb[], %(retry_in)s::float8[])
-     AS held(id, token, error, retry_in)
+     WITH ORDINALITY AS held(id, token, error, retry_in, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING j.id, j.status;
+RETURNING held.position, j.status;
 
 -- name: job_release_many
 UPDATE __schema__.jobs AS j
@@ -146,9 +148,9 @@ SET status      = 'pending',
     attempts    = j.attempts - 1,
     worker_id   = NULL,
     started_at  = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING j.id;
+RETURNING held.position;
 
 -- name: job_reap
 -- The seed's reaper. Clearing the token is what fences the stalled holder out.
