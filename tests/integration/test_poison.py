@@ -5,16 +5,21 @@ from __future__ import annotations
 from tests.helpers import job_rows, wait_for_lease_to_pass
 
 
+def _raised(error: Exception) -> Exception:
+    """The exception as a handler would hand it over: raised, so it has a traceback."""
+    try:
+        raise error
+    except Exception as caught:
+        return caught
+
+
 def test_a_job_that_always_fails_ends_failed_after_max_attempts(queue, db):
     """Three failing attempts of a max_attempts=3 job leave it failed with three errors."""
     job_id = queue.enqueue("explode", max_attempts=3)
     for attempt in (1, 2, 3):
         [claim] = queue.claim("w")
         assert (claim.id, claim.attempts) == (job_id, attempt)
-        try:
-            raise ValueError(f"boom {attempt}")
-        except ValueError as error:
-            assert queue.fail(claim, error, retry_in=0) is True
+        assert queue.fail(claim, _raised(ValueError(f"boom {attempt}")), retry_in=0) is True
     assert queue.claim("w") == []
     job = queue.get(job_id)
     assert job is not None
