@@ -82,6 +82,11 @@ class Queue:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def open(self) -> None:
+        """Check the server and schema and open the pool now, rather than on first use."""
+        if self._pool is None:
+            self._open_pool()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()

@@ -80,6 +80,11 @@ class AsyncQueue:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    async def open(self) -> None:
+        """Check the server and schema and open the pool now, rather than on first use."""
+        if self._pool is None:
+            await self._open_pool()
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
