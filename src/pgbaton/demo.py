@@ -55,7 +55,7 @@ def _timeline(queue: Queue, dsn: str) -> bool:
     console.print(f"C completes   -> accepted: {ok}")
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
-            f'SELECT id, status, attempts, claim_token IS NOT NULL FROM "{queue.schema}".jobs'  # type: ignore[arg-type]
+            f'SELECT id, status, attempts, claim_token IS NOT NULL FROM "{queue.schema}".jobs'
             " WHERE id = ANY(%s) ORDER BY id",
             (ids,),
         ).fetchall()
@@ -83,7 +83,7 @@ def _hammer(queue: Queue, dsn: str) -> tuple[bool, float]:
     elapsed = time.perf_counter() - began
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
         row = conn.execute(
-            f'SELECT count(*) AS jobs, count(*) FILTER (WHERE status = \'done\') AS done,'  # type: ignore[arg-type]
+            f'SELECT count(*) AS jobs, count(*) FILTER (WHERE status = \'done\') AS done,'
             " count(*) FILTER (WHERE attempts <> 1) AS reclaimed,"
             " count(DISTINCT result->>'by') AS workers"
             f' FROM "{queue.schema}".jobs WHERE task = \'noop\''
@@ -113,7 +113,7 @@ def main() -> int:
             }
         finally:
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')  # type: ignore[arg-type]
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     console.rule("[bold]Report (from SQL)")
     for name, passed in results.items():
         console.print(f"{'[green]PASS' if passed else '[red]FAIL'}[/] {name}")
