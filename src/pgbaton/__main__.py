@@ -1,0 +1,5 @@
+"""`python -m pgbaton` is the `pgbaton` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,212 @@
+"""App and Task: register handlers, enqueue them by name, run workers for them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from . import _sql
+from ._base import Backoff, check_lease, resolve_dsn
+from .errors import ConfigurationError, InvalidArgument
+from .queue import Queue
+from .queue_async import AsyncQueue
+
+if TYPE_CHECKING:
+    from .worker import WorkerConfig
+
+
+RetryPolicy = Callable[[int], float]
+KeyFunction = Callable[..., Any]
+
+
+class Task:
+    """A registered handler. Call it to run it in-process; enqueue() to run it on a worker."""
+
+    def __init__(
+        self,
+        app: App,
+        func: Callable[..., Any],
+        *,
+        name: str,
+        queue: str,
+        max_attempts: int,
+        retry: RetryPolicy | None,
+        key: str | KeyFunction | None,
+        timeout: float | None,
+        lease: float | None,
+        pass_context: bool,
+    ) -> None:
+        self.app = app
+        self.func = func
+        self.name = name
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.retry = retry or Backoff()
+        self.key = key
+        self.timeout = None if timeout is None else check_lease(timeout)
+        self.lease = None if lease is None else check_lease(lease)
+        self.pass_context = pass_context
+        self.is_async = inspect.iscoroutinefunction(func)
+        functools.update_wrapper(self, func)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.queue!r}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def job_options(
+        self, args: Mapping[str, Any] | None, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Queue.enqueue keywords for one job: the task's defaults, then the caller's."""
+        merged: dict[str, Any] = {"queue": self.queue, "max_attempts": self.max_attempts}
+        if self.key is not None and "key" not in options:
+            merged["key"] = self.key(**(args or {})) if callable(self.key) else self.key
+            if merged["key"] is not None:
+                merged["key"] = str(merged["key"])
+        merged.update(options)
+        return merged
+
+    def enqueue(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        **options: Any,
+    ) -> int:
+        """Queue.enqueue for this task: same options (queue, priority, run_at, delay, key,
+        idempotency_key, max_attempts) and conn= for the caller's transaction."""
+        return self.app.queue.enqueue(
+            self.name, args, conn=conn, **self.job_options(args, options)
+        )
+
+    async def enqueue_async(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> int:
+        """AsyncQueue.enqueue for this task."""
+        return await self.app.async_queue.enqueue(
+            self.name, args, conn=conn, **self.job_options(args, options)
+        )
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A task enqueued by the maintenance leader at each tick of a cron schedule."""
+
+    task: Task
+    cron: str
+    args: Mapping[str, Any] | None = None
+
+    def idempotency_key(self, tick: dt.datetime) -> str:
+        return f"pgbaton:periodic:{self.task.name}:{tick.isoformat()}"
+
+
+class App:
+    """The tasks of one application, and where their jobs live.
+
+    app = pgbaton.App(dsn=None, schema="pgbaton"): the DSN comes from the argument, else
+    PGBATON_DSN, else DATABASE_URL, resolved when first needed.
+    """
+
+    def __init__(self, dsn: str | None = None, *, schema: str = "pgbaton") -> None:
+        self._dsn = dsn
+        self.schema = _sql.check_schema_name(schema)
+        self.tasks: dict[str, Task] = {}
+        self.periodics: list[Periodic] = []
+        self._queue: Queue | None = None
+        self._async_queue: AsyncQueue | None = None
+
+    def __repr__(self) -> str:
+        return f"<App schema={self.schema!r} tasks={sorted(self.tasks)}>"
+
+    @property
+    def dsn(self) -> str:
+        return resolve_dsn(self._dsn)
+
+    def configure(self, *, dsn: str | None = None, schema: str | None = None) -> None:
+        """Point the app elsewhere (the command line's --dsn and --schema)."""
+        if dsn is not None:
+            self._dsn = dsn
+        if schema is not None:
+            self.schema = _sql.check_schema_name(schema)
+        self._queue = self._async_queue = None
+
+    @property
+    def queue(self) -> Queue:
+        if self._queue is None:
+            self._queue = Queue(self.dsn, schema=self.schema)
+        return self._queue
+
+    @property
+    def async_queue(self) -> AsyncQueue:
+        if self._async_queue is None:
+            self._async_queue = AsyncQueue(self.dsn, schema=self.schema)
+        return self._async_queue
+
+    def task(
+        self,
+        func: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        key: str | KeyFunction | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        pass_context: bool = False,
+    ) -> Any:
+        """Register a handler, async def or plain def. Its job's args are its keyword
+        arguments; with pass_context=True a JobContext comes first."""
+
+        def register(func: Callable[..., Any]) -> Task:
+            task_name = name or func.__name__
+            if task_name in self.tasks:
+                raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            if not isinstance(max_attempts, int) or max_attempts < 1:
+                raise InvalidArgument(f"max_attempts must be >= 1, got {max_attempts!r}")
+            task = Task(
+                self, func, name=task_name, queue=queue, max_attempts=max_attempts,
+                retry=retry, key=key, timeout=timeout, lease=lease, pass_context=pass_context,
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(func) if func is not None else register
+
+    def periodic(
+        self,
+        cron: str,
+        *,
+        args: Mapping[str, Any] | None = None,
+        **task_options: Any,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """Register a task and enqueue it at each tick of `cron` (5 fields, or 6 with
+        seconds last), exactly once per tick however many workers run."""
+        from croniter import croniter
+
+        if not croniter.is_valid(cron):
+            raise InvalidArgument(f"not a cron expression: {cron!r}")
+
+        def register(func: Callable[..., Any]) -> Task:
+            task = func if isinstance(func, Task) else self.task(func, **task_options)
+            self.periodics.append(Periodic(task, cron, args))
+            return task
+
+        return register
+
+    def run_worker(self, config: WorkerConfig | None = None, **options: Any) -> int:
+        """Run a worker in this process until SIGTERM or SIGINT; returns an exit status."""
+        from .worker import WorkerConfig, run_worker
+
+        return run_worker(self, config or WorkerConfig(**options))

@@ -1,0 +1,74 @@
+"""JobContext: what a running handler may know about its job and do about its claim."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._base import Claim
+
+
+@dataclass(eq=False)
+class JobContext:
+    """Handed to a handler that asks for it with `@app.task(pass_context=True)`.
+
+    `idempotency_key` is the same on every attempt of the job: pass it to the systems
+    the handler calls (a payment provider, a mail service), so that a repeat after a
+    crash is recognised there. Delivery is at least once; this is how effects are not.
+    """
+
+    claim: Claim
+    worker_id: str
+    _extend: Callable[[JobContext], Coroutine[Any, Any, bool]] = field(repr=False)
+    _loop: asyncio.AbstractEventLoop = field(repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    stop_reason: str | None = None
+
+    @property
+    def job_id(self) -> int:
+        return self.claim.id
+
+    @property
+    def attempt(self) -> int:
+        return self.claim.attempts
+
+    @property
+    def token(self) -> uuid.UUID:
+        return self.claim.token
+
+    @property
+    def lease_until(self) -> dt.datetime:
+        return self.claim.lease_until
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.claim.idempotency_key
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the claim was lost or cancelled, or the job timed out: a sync
+        handler should check it between steps and return; its result is not written."""
+        return self._stop.is_set()
+
+    def wait_for_stop(self, timeout: float | None = None) -> bool:
+        """Block (in a sync handler's thread) until told to stop, or until timeout."""
+        return self._stop.wait(timeout)
+
+    def _signal_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            self._stop.set()
+
+    async def heartbeat(self) -> bool:
+        """Extend this job's lease now (the worker also does it on its own schedule).
+        False: the claim is lost, stop working on the job."""
+        return await self._extend(self)
+
+    def heartbeat_sync(self) -> bool:
+        """heartbeat() for a sync handler running in the worker's thread pool."""
+        return asyncio.run_coroutine_threadsafe(self._extend(self), self._loop).result()

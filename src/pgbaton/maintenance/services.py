@@ -1,0 +1,88 @@
+"""The leader's services. Each has an interval and a run_once() that returns a count."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from croniter import croniter
+
+from ..app import Periodic
+from ..queue_async import AsyncQueue
+
+logger = logging.getLogger("pgbaton.maintenance")
+
+
+class Service(Protocol):
+    name: str
+    interval: float
+
+    async def run_once(self) -> int: ...
+
+
+class Reaper:
+    """The seed's reaper: expired leases go back to pending, or to failed."""
+
+    name = "reaper"
+
+    def __init__(self, queue: AsyncQueue, interval: float) -> None:
+        self.queue = queue
+        self.interval = interval
+
+    async def run_once(self) -> int:
+        reaped = await self.queue.reap()
+        if reaped:
+            logger.info("reaped %d jobs whose lease expired", reaped)
+        return reaped
+
+
+class Pruner:
+    """Deletes finished jobs older than the retention."""
+
+    name = "pruner"
+
+    def __init__(self, queue: AsyncQueue, interval: float, retention: float) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.retention = retention
+
+    async def run_once(self) -> int:
+        pruned = await self.queue.prune(retention=self.retention)
+        if pruned:
+            logger.info("pruned %d finished jobs", pruned)
+        return pruned
+
+
+class Periodics:
+    """Enqueues each periodic task at each cron tick, keyed by the tick so that a tick
+    is enqueued once however many leaders come and go."""
+
+    name = "periodic"
+
+    def __init__(self, queue: AsyncQueue, periodics: Sequence[Periodic], interval: float) -> None:
+        self.queue = queue
+        self.periodics = list(periodics)
+        self.interval = interval
+        self._next: dict[int, dt.datetime] = {}
+
+    async def run_once(self) -> int:
+        now = dt.datetime.now(dt.UTC)
+        jobs: list[dict[str, Any]] = []
+        for index, periodic in enumerate(self.periodics):
+            if index not in self._next:
+                # A new leader starts at the latest tick already due, so a tick that fell
+                # in the gap between two leaders is still enqueued (once, by its key).
+                self._next[index] = croniter(periodic.cron, now).get_prev(dt.datetime)
+            while self._next[index] <= now:
+                tick = self._next[index]
+                options = periodic.task.job_options(
+                    periodic.args,
+                    {"run_at": tick, "idempotency_key": periodic.idempotency_key(tick)},
+                )
+                jobs.append({"task": periodic.task.name, "args": periodic.args, **options})
+                self._next[index] = croniter(periodic.cron, tick).get_next(dt.datetime)
+        if jobs:
+            await self.queue.enqueue_many(jobs)
+        return len(jobs)

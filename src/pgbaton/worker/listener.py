@@ -1,0 +1,36 @@
+"""LISTEN for new jobs and wake the worker, reconnecting whenever the connection drops."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from ..errors import ConnectionFailed
+from ..queue_async import AsyncQueue
+
+logger = logging.getLogger("pgbaton.worker")
+
+
+async def listen(
+    queue: AsyncQueue,
+    queues: list[str] | None,
+    wake: Callable[[str], None],
+    retry_seconds: float = 1.0,
+) -> None:
+    """Call wake(reason) on every notification for our queues. Runs until cancelled."""
+    while True:
+        try:
+            conn = await queue.connect(autocommit=True)
+            async with conn:
+                await conn.execute(f'LISTEN "{queue.channel}"')
+                # Jobs committed while we were not listening sent their NOTIFY to nobody.
+                wake("listen")
+                async for notification in conn.notifies():
+                    if queues is None or notification.payload in queues:
+                        wake("notify")
+        except (ConnectionFailed, psycopg.OperationalError) as error:
+            logger.warning("LISTEN connection lost (%s); reconnecting", error)
+        await asyncio.sleep(retry_seconds)

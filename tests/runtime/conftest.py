@@ -1,0 +1,121 @@
+"""Fixtures for the runtime tests: real `pgbaton worker` processes on the test schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgbaton
+from tests.runtime import app_under_test
+
+APP_SPEC = "tests.runtime.app_under_test:app"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class WorkerProcess:
+    """A `pgbaton worker` subprocess; its log goes to a file the test can read."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then wait for a clean exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def final_stats(self) -> dict[str, int]:
+        """The counters the worker logs as it stops."""
+        match = re.search(r"stopped: (\{.*\})", self.log())
+        assert match, f"worker did not log its final stats:\n{self.log()}"
+        return dict(json.loads(match.group(1)))
+
+    def wait_for_log(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited before logging {text!r}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker did not log {text!r} in {timeout}s:\n{self.log()}")
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def app_schema(dsn: str, schema: str, queue: pgbaton.Queue, db) -> str:
+    """The test schema, migrated, with the effects table that the test app writes to;
+    the test's own copy of the app enqueues into it."""
+    db.execute(app_under_test.EFFECTS_DDL.format(schema=schema))
+    app_under_test.app.configure(dsn=dsn, schema=schema)
+    return schema
+
+
+@pytest.fixture
+def start_worker(
+    dsn: str, app_schema: str, tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start `pgbaton worker` processes for the test app; every one is killed at teardown."""
+    started: list[WorkerProcess] = []
+
+    def start(*options: str, dsn_override: str | None = None) -> WorkerProcess:
+        log_path = tmp_path / f"worker-{len(started)}.log"
+        env = {
+            **os.environ,
+            "PGBATON_DSN": dsn_override or dsn,
+            "PGBATON_TEST_SCHEMA": app_schema,
+            "PYTHONPATH": str(ROOT),
+        }
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pgbaton", "worker", APP_SPEC, "--schema", app_schema,
+                 *options],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            )
+        worker = WorkerProcess(process, log_path)
+        started.append(worker)
+        worker.wait_for_log("started:")
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+    """Poll a condition (usually a SQL query) until it holds; fail after timeout."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(0.02)
+
+
+def scalar(db: psycopg.Connection[Any], query: str, *params: Any) -> Any:
+    row = db.execute(query, params).fetchone()
+    assert row is not None
+    return next(iter(row.values()))
