@@ -33,12 +33,24 @@ def _in_schema(text: str, schema: str) -> str:
     return text.replace(SCHEMA_PLACEHOLDER, f'"{check_schema_name(schema)}"')
 
 
+QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql")
+
+
 @functools.cache
 def _raw_queries() -> dict[str, str]:
-    text = _read("queries.sql")
-    parts = _QUERY_HEADER.split(text)
-    # parts = [preamble, name1, body1, name2, body2, ...]
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    """Every named statement of the query files; a name may appear only once."""
+    found: dict[str, str] = {}
+    folder = resources.files("pgbaton").joinpath("sql")
+    for file_name in QUERY_FILES:
+        if not folder.joinpath(file_name).is_file():
+            continue
+        parts = _QUERY_HEADER.split(_read(file_name))
+        # parts = [preamble, name1, body1, name2, body2, ...]
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"query {name!r} is defined twice (again in {file_name})")
+            found[name] = body.strip()
+    return found
 
 
 @functools.cache

@@ -122,9 +122,12 @@ class Queue:
     def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
         pool = self._pool or self._open_pool()
         try:
-            with pool.connection() as conn:
+            with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            # The server may have restarted: drop every dead idle connection now, so the
+            # caller's retry gets a fresh one instead of the next corpse.
+            pool.check()
             raise ConnectionFailed(
                 f"lost the connection to PostgreSQL at {redact_dsn(self.dsn)}: {error}"
             ) from error

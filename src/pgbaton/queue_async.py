@@ -120,9 +120,12 @@ class AsyncQueue:
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
         pool = self._pool or await self._open_pool()
         try:
-            async with pool.connection() as conn:
+            async with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            # The server may have restarted: drop every dead idle connection now, so the
+            # caller's retry gets a fresh one instead of the next corpse.
+            await pool.check()
             raise ConnectionFailed(
                 f"lost the connection to PostgreSQL at {redact_dsn(self.dsn)}: {error}"
             ) from error

@@ -88,7 +88,7 @@ WITH candidate AS (
               AND (other.status = 'running' OR other.id < j.id)))
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
-    -- BROKEN ON PURPOSE
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE __schema__.jobs AS j
 SET status      = 'running',
