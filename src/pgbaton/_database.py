@@ -32,7 +32,7 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[DictRow]:
             dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs
         )
     except psycopg.Error as error:
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        reason = " ".join(str(error).split()) or type(error).__name__
         raise ConnectionFailed(
             f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {reason}"
         ) from error
