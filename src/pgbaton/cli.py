@@ -302,3 +302,14 @@ def prune(older_than: float, dsn: str | None, schema: str) -> None:
         while pruned := queue.prune(retention=older_than):
             total += pruned
     click.echo(f"pruned {total} jobs")
+
+
+def _register_tools() -> None:
+    from .doctor import doctor
+    from .lab import lab
+
+    main.add_command(doctor)
+    main.add_command(lab)
+
+
+_register_tools()
