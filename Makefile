@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PY) -m pgbaton.demo
+	$(PY) -m pgbaton demo
 
 test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)

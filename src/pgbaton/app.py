@@ -7,7 +7,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import psycopg
 
@@ -153,6 +153,24 @@ class App:
             self._async_queue = AsyncQueue(self.dsn, schema=self.schema)
         return self._async_queue
 
+    @overload
+    def task(self, func: Callable[..., Any]) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        func: None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        key: str | KeyFunction | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        pass_context: bool = False,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
     def task(
         self,
         func: Callable[..., Any] | None = None,
@@ -165,7 +183,7 @@ class App:
         timeout: float | None = None,
         lease: float | None = None,
         pass_context: bool = False,
-    ) -> Any:
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, async def or plain def. Its job's args are its keyword
         arguments; with pass_context=True a JobContext comes first."""
 

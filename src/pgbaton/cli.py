@@ -304,6 +304,15 @@ def prune(older_than: float, dsn: str | None, schema: str) -> None:
     click.echo(f"pruned {total} jobs")
 
 
+@main.command()
+@dsn_option
+def demo(dsn: str | None) -> None:
+    """Watch the seed's story on a real PostgreSQL (the embedded one by default)."""
+    from . import demo as demo_module
+
+    sys.exit(demo_module.run(resolve_dsn(dsn)))
+
+
 def _register_tools() -> None:
     from .doctor import doctor
     from .lab import lab

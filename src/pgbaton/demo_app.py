@@ -1,0 +1,75 @@
+"""The tasks that `pgbaton demo` runs. Each writes what it did to demo_effects, so the
+demo's report is computed from SQL rather than from counters kept by the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import psycopg
+
+from .app import App
+from .context import JobContext
+
+SCHEMA = os.environ.get("PGBATON_DEMO_SCHEMA", "pgbaton_demo")
+app = App(schema=SCHEMA)
+
+EFFECTS_DDL = """
+CREATE TABLE IF NOT EXISTS "{schema}".demo_effects (
+    job_id     bigint NOT NULL,
+    attempt    int    NOT NULL,
+    worker_pid int    NOT NULL,
+    what       text   NOT NULL,
+    at         timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+_connection: psycopg.AsyncConnection[object] | None = None
+
+
+async def _record(context: JobContext, what: str) -> None:
+    global _connection  # noqa: PLW0603 - one connection per worker process, made on first use
+    if _connection is None or _connection.closed:
+        _connection = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
+    await _connection.execute(
+        f'INSERT INTO "{SCHEMA}".demo_effects (job_id, attempt, worker_pid, what)'
+        " VALUES (%s, %s, %s, %s)",
+        (context.job_id, context.attempt, os.getpid(), what),
+    )
+
+
+@app.task(pass_context=True)
+async def process_order(context: JobContext, customer: str, order: int, ms: float = 5) -> str:
+    """An ordinary job: a few milliseconds of I/O, bracketed by effects."""
+    await _record(context, "start")
+    await asyncio.sleep(ms / 1000)
+    await _record(context, "end")
+    return f"order {order} of {customer} processed"
+
+
+@app.task(pass_context=True, queue="long")
+async def long_job(context: JobContext, seconds: float) -> str:
+    """Long enough to be in flight when its worker is killed."""
+    await _record(context, "start")
+    await asyncio.sleep(seconds)
+    await _record(context, "end")
+    return "long job done"
+
+
+@app.task(pass_context=True, queue="stall")
+async def slow_report(context: JobContext, stall_seconds: float) -> str:
+    """On its first attempt it blocks the worker's whole event loop (a stop-the-world
+    pause: heartbeats stop too), long past its lease. Later attempts run normally."""
+    await _record(context, "start")
+    if context.attempt == 1:
+        time.sleep(stall_seconds)
+        await _record(context, "woke")
+    await _record(context, "end")
+    return f"report written on attempt {context.attempt}"
+
+
+@app.task(max_attempts=3, retry=lambda attempt: 0.05)
+def poison(order: int) -> None:
+    """A job that can never succeed."""
+    raise ValueError(f"order {order} has a malformed address")
