@@ -29,6 +29,7 @@ from ._base import (
     check_status,
     error_json,
     held_params,
+    is_connection_loss,
     job_params,
     many_job_params,
     notify_channel,
@@ -123,6 +124,8 @@ class AsyncQueue:
             async with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            if not is_connection_loss(error):
+                raise
             # The server may have restarted: drop every dead idle connection now, so the
             # caller's retry gets a fresh one instead of the next corpse.
             await pool.check()
