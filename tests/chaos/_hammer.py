@@ -1,0 +1,210 @@
+"""Worker processes for the chaos tests: each is its own OS process with its own Queue.
+
+Workers write what they saw into effects tables that the test created in its schema,
+so that the test can check the invariants in SQL once every process has exited.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.synchronize
+import queue as stdlib_queue
+import random
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+import pgbaton
+
+# Spawned processes share nothing with the test process: no inherited connections,
+# pools or locks, exactly like separate worker hosts.
+SPAWN = multiprocessing.get_context("spawn")
+
+# A spawned process imports psycopg and pgbaton afresh; on a loaded 2-core CI machine
+# that takes seconds, so the start line waits generously.
+START_TIMEOUT_SECONDS = 60.0
+# Far above a healthy run (a few seconds); a worker that is still going by then is
+# stuck, and the test fails instead of hanging.
+RUN_TIMEOUT_SECONDS = 120.0
+
+Worker = Callable[..., dict[str, Any]]
+
+
+def run_workers(target: Worker, count: int, *args: Any) -> list[dict[str, Any]]:
+    """Run `count` spawned processes of target(index, start, *args) and return their
+    summaries, in worker order. Any worker's exception fails the caller with its traceback."""
+    start = SPAWN.Barrier(count)
+    reports = SPAWN.Queue()
+    processes = [
+        SPAWN.Process(
+            target=_worker_main,
+            args=(target, index, start, reports, *args),
+            name=f"pgbaton-hammer-{index}",
+        )
+        for index in range(count)
+    ]
+    for process in processes:
+        process.start()
+    summaries: list[dict[str, Any]] = []
+    try:
+        for _ in range(count):
+            try:
+                summaries.append(reports.get(timeout=START_TIMEOUT_SECONDS + RUN_TIMEOUT_SECONDS))
+            except stdlib_queue.Empty:
+                codes = {process.name: process.exitcode for process in processes}
+                raise AssertionError(f"a worker never reported; exit codes: {codes}") from None
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    errors = [summary["error"] for summary in summaries if "error" in summary]
+    assert not errors, "worker(s) failed:\n" + "\n".join(errors)
+    assert [process.exitcode for process in processes] == [0] * count
+    return sorted(summaries, key=lambda summary: summary["worker"])
+
+
+def _worker_main(
+    target: Worker,
+    index: int,
+    start: multiprocessing.synchronize.Barrier,
+    reports: multiprocessing.Queue[dict[str, Any]],
+    *args: Any,
+) -> None:
+    try:
+        summary = target(index, start, *args)
+        reports.put({"worker": index, **summary})
+    except BaseException:
+        # Release the others from the start line at once instead of at its timeout.
+        start.abort()
+        reports.put({"worker": index, "error": f"worker {index}:\n{traceback.format_exc()}"})
+
+
+def _effects_connection(dsn: str, schema: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute(f'SET search_path TO "{schema}"')  # type: ignore[arg-type]
+    return conn
+
+
+def _count_pending(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT count(*) FROM jobs WHERE status = 'pending'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def claim_until_empty(
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, seed: int
+) -> dict[str, Any]:
+    """Claim in random batches of 1..20 and complete at once, until nothing is pending.
+
+    Every claim received and whether its completion was accepted go to claims_log.
+    """
+    rng = random.Random(seed * 1000 + index)
+    worker = f"w{index}"
+    with (
+        pgbaton.Queue(dsn, schema=schema) as queue,
+        _effects_connection(dsn, schema) as effects,
+    ):
+        queue.stats()  # opens the pool, so the race begins at the first claim
+        start.wait(timeout=START_TIMEOUT_SECONDS)
+        deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+        claims_received = empty_claims = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{worker} still claiming after {RUN_TIMEOUT_SECONDS} s")
+            claims = queue.claim(worker, limit=rng.randint(1, 20), lease=60)
+            if not claims:
+                empty_claims += 1
+                # Empty while jobs are pending means every pending row was locked by
+                # another claim at that instant: claim again, the race is the point.
+                if _count_pending(effects) == 0:
+                    break
+                continue
+            claims_received += len(claims)
+            # Both completion paths must be fenced alike; one job per statement is the
+            # slow one, so it gets a quarter of the batches.
+            if rng.random() < 0.25:
+                accepted = [queue.complete(claim, {"by": worker}) for claim in claims]
+            else:
+                accepted = queue.complete_many([(claim, {"by": worker}) for claim in claims])
+            effects.execute(
+                "INSERT INTO claims_log (job_id, token, worker, attempts, completed)"
+                " SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::int[],"
+                " %s::bool[])",
+                (
+                    [claim.id for claim in claims],
+                    [claim.token for claim in claims],
+                    [worker] * len(claims),
+                    [claim.attempts for claim in claims],
+                    accepted,
+                ),
+            )
+    return {
+        "claims": claims_received,
+        "empty_claims": empty_claims,
+        "seconds": round(time.monotonic() - deadline + RUN_TIMEOUT_SECONDS, 2),
+    }
+
+
+def work_keyed_jobs(
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, seed: int
+) -> dict[str, Any]:
+    """Claim in random batches of 1..10, work a few milliseconds, complete, until
+    nothing is pending.
+
+    Each claim's handler interval goes to effects, timed by the server's clock_timestamp():
+    `began` after the claim has committed, `ended` before the completion is sent, so the
+    interval lies strictly inside the time the worker held the job.
+    """
+    rng = random.Random(seed * 1000 + index)
+    worker = f"w{index}"
+    with (
+        pgbaton.Queue(dsn, schema=schema) as queue,
+        _effects_connection(dsn, schema) as effects,
+    ):
+        queue.stats()  # opens the pool, so the race begins at the first claim
+        start.wait(timeout=START_TIMEOUT_SECONDS)
+        deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+        claims_received = waits = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{worker} still claiming after {RUN_TIMEOUT_SECONDS} s")
+            claims = queue.claim(worker, limit=rng.randint(1, 10), lease=60)
+            if not claims:
+                if _count_pending(effects) == 0:
+                    break
+                # What is pending waits behind a running job of its key, held by
+                # another worker; give that worker a moment to finish it.
+                waits += 1
+                time.sleep(0.002)
+                continue
+            claims_received += len(claims)
+            ids = [claim.id for claim in claims]
+            tokens = [claim.token for claim in claims]
+            effects.execute(
+                "INSERT INTO effects (job_id, token, key, worker, began)"
+                " SELECT held.id, held.token, held.key, %s, clock_timestamp()"
+                " FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS held(id, token, key)",
+                (worker, ids, tokens, [claim.key for claim in claims]),
+            )
+            time.sleep(rng.uniform(0.002, 0.008))  # the handler's work
+            effects.execute(
+                "UPDATE effects SET ended = clock_timestamp() WHERE token = ANY(%s::uuid[])",
+                (tokens,),
+            )
+            accepted = queue.complete_many([(claim, None) for claim in claims])
+            effects.execute(
+                "UPDATE effects AS e SET completed = r.completed"
+                " FROM unnest(%s::uuid[], %s::bool[]) AS r(token, completed)"
+                " WHERE e.token = r.token",
+                (tokens, accepted),
+            )
+    return {
+        "claims": claims_received,
+        "waits": waits,
+        "seconds": round(time.monotonic() - deadline + RUN_TIMEOUT_SECONDS, 2),
+    }
