@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import random
 import re
@@ -12,6 +13,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .errors import ConfigurationError, InvalidArgument, NotSerializable
 
@@ -43,8 +47,15 @@ def resolve_dsn(dsn: str | None) -> str:
 
 def redact_dsn(dsn: str) -> str:
     """The DSN with any password hidden, fit for an error message."""
-    dsn = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+    if "://" in dsn:
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo(**params)
 
 
 # SQLSTATEs that mean the session is gone, not that the statement failed.
@@ -63,17 +74,66 @@ def notify_channel(schema: str) -> str:
     return schema + NOTIFY_SUFFIX
 
 
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+MAX_SECONDS = 10 * 365.25 * 24 * 3600  # ten years: beyond that it is a mistake, not a plan
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def to_json(value: Any, what: str) -> str:
+    """JSON that PostgreSQL's jsonb accepts: no NaN, no NUL character, valid UTF-8."""
     try:
-        return json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as error:
         raise NotSerializable(f"{what} cannot be stored as JSON: {error}") from None
+    if _JSON_NUL.search(text):
+        raise NotSerializable(f"{what} cannot be stored: PostgreSQL cannot hold a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NotSerializable(
+            f"{what} cannot be stored: it holds a lone surrogate, which is not valid Unicode"
+        ) from None
+    return text
+
+
+def check_text(name: str, value: str) -> str:
+    """A name PostgreSQL can store as text (it must be a non-empty str already)."""
+    if "\x00" in value:
+        raise InvalidArgument(f"{name} cannot contain a NUL character: {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{name} is not valid Unicode: {value!r}") from None
+    return value
+
+
+def check_int4(name: str, value: int, minimum: int = INT4_MIN) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT4_MAX:
+        raise InvalidArgument(
+            f"{name} must be a whole number from {minimum} to {INT4_MAX}, got {value!r}"
+        )
+    return value
+
+
+def check_seconds(name: str, value: float, *, positive: bool = False) -> float:
+    """A finite duration PostgreSQL's intervals can hold: >= 0 (or > 0), at most 10 years."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+        or value > MAX_SECONDS
+    ):
+        bound = "positive" if positive else ">= 0"
+        raise InvalidArgument(
+            f"{name} must be a {bound} number of seconds, at most ten years, got {value!r}"
+        )
+    return float(value)
 
 
 def check_lease(lease: float) -> float:
-    if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
-        raise InvalidArgument(f"lease must be a positive number of seconds, got {lease!r}")
-    return float(lease)
+    return check_seconds("lease", lease, positive=True)
 
 
 def check_status(status: str | None) -> str | None:
@@ -96,9 +156,7 @@ def check_queues(queues: Iterable[str] | None) -> list[str] | None:
 
 
 def check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidArgument(f"limit must be a whole number of at least 1, got {limit!r}")
-    return limit
+    return check_int4("limit", limit, minimum=1)
 
 
 def job_params(
@@ -127,23 +185,23 @@ def job_params(
         raise NotSerializable(f"args for task {task!r} must have string keys")
     if not isinstance(queue, str) or not queue:
         raise InvalidArgument(f"queue must be a non-empty string, got {queue!r}")
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument(f"priority must be a whole number, got {priority!r}")
+    check_text("task", task)
+    check_text("queue", queue)
+    check_int4("priority", priority)
     if run_at is not None and delay is not None:
         raise InvalidArgument("give run_at or delay, not both")
     if run_at is not None and (
         not isinstance(run_at, dt.datetime) or run_at.tzinfo is None
     ):
         raise InvalidArgument(f"run_at must be a timezone-aware datetime, got {run_at!r}")
-    if delay is not None and (
-        isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0
-    ):
-        raise InvalidArgument(f"delay must be a number of seconds >= 0, got {delay!r}")
+    if delay is not None:
+        check_seconds("delay", delay)
     for name, value in (("key", key), ("idempotency_key", idempotency_key)):
-        if value is not None and (not isinstance(value, str) or not value):
-            raise InvalidArgument(f"{name} must be a non-empty string or None, got {value!r}")
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidArgument(f"max_attempts must be a whole number >= 1, got {max_attempts!r}")
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"{name} must be a non-empty string or None, got {value!r}")
+            check_text(name, value)
+    check_int4("max_attempts", max_attempts, minimum=1)
     return {
         "queue": queue,
         "task": task,
@@ -189,14 +247,20 @@ def error_json(error: BaseException | str) -> str:
     if isinstance(error, BaseException):
         entry = {
             "type": type(error).__name__,
-            "message": str(error),
-            "traceback": "".join(traceback.format_exception(error)),
+            "message": _storable(str(error)),
+            "traceback": _storable("".join(traceback.format_exception(error))),
         }
     elif isinstance(error, str):
-        entry = {"type": "Error", "message": error}
+        entry = {"type": "Error", "message": _storable(error)}
     else:
         raise InvalidArgument(f"error must be an exception or a string, got {error!r}")
-    return json.dumps(entry)
+    return json.dumps(entry, ensure_ascii=False)
+
+
+def _storable(text: str) -> str:
+    """An error text as PostgreSQL can keep it: a failure must never fail to be recorded."""
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -220,9 +284,7 @@ def retry_delay(attempts: int, retry_in: float | None) -> float:
     """Seconds before the next attempt: retry_in when given, else the default backoff."""
     if retry_in is None:
         return DEFAULT_BACKOFF(attempts)
-    if isinstance(retry_in, bool) or not isinstance(retry_in, int | float) or retry_in < 0:
-        raise InvalidArgument(f"retry_in must be a number of seconds >= 0, got {retry_in!r}")
-    return float(retry_in)
+    return check_seconds("retry_in", retry_in)
 
 
 @dataclass(slots=True)

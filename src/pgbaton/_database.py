@@ -39,15 +39,17 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[DictRow]:
 
 
 def _fetch_one(
-    conn: psycopg.Connection[DictRow], query: str, params: dict[str, Any] | None = None
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any] | None = None
 ) -> DictRow:
-    cursor = conn.execute(query, params)
-    row = cursor.fetchone()
+    # A dict cursor of our own: the caller's connection (conn=) may use any row factory.
+    with conn.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(query, params)
+        row = cursor.fetchone()
     assert row is not None
     return row
 
 
-def check_server(conn: psycopg.Connection[DictRow]) -> None:
+def check_server(conn: psycopg.Connection[Any]) -> None:
     row = _fetch_one(conn, _sql.queries("pgbaton")["server_version"])
     if row["version_num"] < MIN_SERVER_VERSION:
         raise ServerTooOld(
@@ -56,7 +58,7 @@ def check_server(conn: psycopg.Connection[DictRow]) -> None:
         )
 
 
-def schema_version(conn: psycopg.Connection[DictRow], schema: str) -> int:
+def schema_version(conn: psycopg.Connection[Any], schema: str) -> int:
     """The version the schema was migrated to; 0 when it holds no pgbaton tables."""
     sql = _sql.queries(schema)
     row = _fetch_one(
@@ -67,7 +69,7 @@ def schema_version(conn: psycopg.Connection[DictRow], schema: str) -> int:
     return int((_fetch_one(conn, sql["schema_version_get"]))["version"])
 
 
-def check_schema(conn: psycopg.Connection[DictRow], schema: str) -> None:
+def check_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """Refuse to run against a schema that this pgbaton was not written for."""
     check_server(conn)
     found = schema_version(conn, schema)

@@ -37,15 +37,17 @@ async def connect(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[DictRow]:
 
 
 async def _fetch_one(
-    conn: psycopg.AsyncConnection[DictRow], query: str, params: dict[str, Any] | None = None
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any] | None = None
 ) -> DictRow:
-    cursor = await conn.execute(query, params)
-    row = await cursor.fetchone()
+    # A dict cursor of our own: the caller's connection (conn=) may use any row factory.
+    async with conn.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query, params)
+        row = await cursor.fetchone()
     assert row is not None
     return row
 
 
-async def check_server(conn: psycopg.AsyncConnection[DictRow]) -> None:
+async def check_server(conn: psycopg.AsyncConnection[Any]) -> None:
     row = await _fetch_one(conn, _sql.queries("pgbaton")["server_version"])
     if row["version_num"] < MIN_SERVER_VERSION:
         raise ServerTooOld(
@@ -54,7 +56,7 @@ async def check_server(conn: psycopg.AsyncConnection[DictRow]) -> None:
         )
 
 
-async def schema_version(conn: psycopg.AsyncConnection[DictRow], schema: str) -> int:
+async def schema_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int:
     """The version the schema was migrated to; 0 when it holds no pgbaton tables."""
     sql = _sql.queries(schema)
     row = await _fetch_one(
@@ -65,7 +67,7 @@ async def schema_version(conn: psycopg.AsyncConnection[DictRow], schema: str) ->
     return int((await _fetch_one(conn, sql["schema_version_get"]))["version"])
 
 
-async def check_schema(conn: psycopg.AsyncConnection[DictRow], schema: str) -> None:
+async def check_schema(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     """Refuse to run against a schema that this pgbaton was not written for."""
     await check_server(conn)
     found = await schema_version(conn, schema)

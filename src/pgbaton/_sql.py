@@ -91,5 +91,15 @@ def schema_version() -> int:
 
 
 def schema_sql(schema: str) -> str:
-    """The whole current schema as DDL, for teams that run their own migrations."""
-    return _in_schema(_read("schema.sql"), schema)
+    """The whole current schema as DDL, for teams that run their own migrations: the
+    schema, its tables, and the version rows that tell pgbaton it is current."""
+    sql = queries(schema)
+    versions = ", ".join(f"({m.version}, '{m.name}')" for m in migrations())
+    return "\n\n".join([
+        sql["schema_create"],
+        _in_schema(_read("schema.sql"), schema).strip(),
+        sql["schema_version_create"],
+        _in_schema(
+            f"INSERT INTO __schema__.schema_version (version, name) VALUES {versions};", schema
+        ),
+    ]) + "\n"

@@ -28,7 +28,9 @@ from ._base import (
     check_lease,
     check_limit,
     check_queues,
+    check_seconds,
     check_status,
+    check_text,
     error_json,
     held_params,
     is_connection_loss,
@@ -73,6 +75,7 @@ class Queue:
         self._pool_size = pool_size
         self._pool: Pool | None = None
         self._opening = threading.Lock()
+        self._schema_checked = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
@@ -105,6 +108,7 @@ class Queue:
                 conn = database.connect(self.dsn, autocommit=True)
                 try:
                     database.check_schema(conn, self.schema)
+                    self._schema_checked = True
                 finally:
                     conn.close()
                 pool = Pool(
@@ -147,6 +151,9 @@ class Queue:
                 raise InvalidArgument(
                     f"conn must be a psycopg.Connection, got {type(conn).__name__}"
                 )
+            if not self._schema_checked:
+                database.check_schema(conn, self.schema)
+                self._schema_checked = True
             with conn.cursor(row_factory=dict_row) as cursor:
                 cursor.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
@@ -239,6 +246,7 @@ class Queue:
         """Claim up to `limit` claimable jobs in one statement, committed at once."""
         if not isinstance(worker_id, str) or not worker_id:
             raise InvalidArgument(f"worker_id must be a non-empty string, got {worker_id!r}")
+        check_text("worker_id", worker_id)
         params = {
             "worker_id": worker_id,
             "limit": check_limit(limit),
@@ -334,9 +342,7 @@ class Queue:
     def prune(self, *, retention: float, limit: int = 10_000) -> int:
         """Delete done, failed and cancelled jobs that finished more than `retention`
         seconds ago, at most `limit` of them; returns how many went."""
-        if isinstance(retention, bool) or not isinstance(retention, int | float) or retention < 0:
-            raise InvalidArgument(f"retention must be seconds >= 0, got {retention!r}")
-        params = {"retention": float(retention), "limit": check_limit(limit)}
+        params = {"retention": check_seconds("retention", retention), "limit": check_limit(limit)}
         return len(self._fetch("job_prune", params))
 
     def leader_try_acquire(self, conn: psycopg.Connection[Any]) -> bool:

@@ -26,7 +26,9 @@ from ._base import (
     check_lease,
     check_limit,
     check_queues,
+    check_seconds,
     check_status,
+    check_text,
     error_json,
     held_params,
     is_connection_loss,
@@ -71,6 +73,7 @@ class AsyncQueue:
         self._pool_size = pool_size
         self._pool: Pool | None = None
         self._opening = asyncio.Lock()
+        self._schema_checked = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
@@ -103,6 +106,7 @@ class AsyncQueue:
                 conn = await database.connect(self.dsn, autocommit=True)
                 try:
                     await database.check_schema(conn, self.schema)
+                    self._schema_checked = True
                 finally:
                     await conn.close()
                 pool = Pool(
@@ -145,6 +149,9 @@ class AsyncQueue:
                 raise InvalidArgument(
                     f"conn must be a psycopg.AsyncConnection, got {type(conn).__name__}"
                 )
+            if not self._schema_checked:
+                await database.check_schema(conn, self.schema)
+                self._schema_checked = True
             async with conn.cursor(row_factory=dict_row) as cursor:
                 await cursor.execute(query, params)
                 return await cursor.fetchall() if cursor.description else []
@@ -237,6 +244,7 @@ class AsyncQueue:
         """Claim up to `limit` claimable jobs in one statement, committed at once."""
         if not isinstance(worker_id, str) or not worker_id:
             raise InvalidArgument(f"worker_id must be a non-empty string, got {worker_id!r}")
+        check_text("worker_id", worker_id)
         params = {
             "worker_id": worker_id,
             "limit": check_limit(limit),
@@ -332,9 +340,7 @@ class AsyncQueue:
     async def prune(self, *, retention: float, limit: int = 10_000) -> int:
         """Delete done, failed and cancelled jobs that finished more than `retention`
         seconds ago, at most `limit` of them; returns how many went."""
-        if isinstance(retention, bool) or not isinstance(retention, int | float) or retention < 0:
-            raise InvalidArgument(f"retention must be seconds >= 0, got {retention!r}")
-        params = {"retention": float(retention), "limit": check_limit(limit)}
+        params = {"retention": check_seconds("retention", retention), "limit": check_limit(limit)}
         return len(await self._fetch("job_prune", params))
 
     async def leader_try_acquire(self, conn: psycopg.AsyncConnection[Any]) -> bool:

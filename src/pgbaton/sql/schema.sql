@@ -30,7 +30,8 @@ CREATE TABLE __schema__.jobs (
     CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object'),
     CONSTRAINT jobs_idempotency_key_unique UNIQUE (idempotency_key)
 ) WITH (
-    -- Room on each page keeps status updates HOT (no index writes for a claim).
+    -- Free room on each page lets a claim or completion write the row's new version
+    -- on the same page. (Not HOT: status and lease_until are indexed.)
     fillfactor = 70,
     -- A queue table turns over all the time: vacuum and analyze it far more often than
     -- the defaults (20% of the table), so dead rows and stale plans do not pile up.

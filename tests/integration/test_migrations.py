@@ -1,0 +1,340 @@
+"""Migrations: schema.sql equals the migrations, concurrent migrating is safe, and a
+client refuses a schema of another version before writing anything."""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.synchronize
+import queue as stdlib_queue
+import traceback
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import DictRow
+
+import pgbaton
+from pgbaton import _database, _sql
+
+SPAWN = multiprocessing.get_context("spawn")
+# A spawned process imports psycopg and pgbaton afresh: seconds on a loaded 2-core machine.
+PROCESS_TIMEOUT_SECONDS = 90.0
+
+# Each query lists one kind of object of the schema %(schema)s, in a stable order, with
+# its full definition as PostgreSQL reports it. The version table is left out: it is
+# migrate()'s bookkeeping, not part of what schema.sql promises.
+CATALOG: dict[str, str] = {
+    "tables": """
+        SELECT c.relname, c.relkind, c.relpersistence, c.reloptions
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname NOT LIKE 'schema_version%%'
+        ORDER BY c.relname""",
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type,
+               a.attnotnull, a.attidentity, a.attgenerated, a.attcollation::regcollation::text,
+               pg_get_expr(d.adbin, d.adrelid) AS default
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE n.nspname = %(schema)s AND c.relkind = 'r' AND a.attnum > 0
+          AND NOT a.attisdropped AND c.relname <> 'schema_version'
+        ORDER BY c.relname, a.attnum""",
+    "constraints": """
+        SELECT c.relname, k.conname, k.contype, pg_get_constraintdef(k.oid) AS definition,
+               k.condeferrable, k.condeferred
+        FROM pg_constraint k
+        JOIN pg_class c ON c.oid = k.conrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relname <> 'schema_version'
+        ORDER BY c.relname, k.conname""",
+    "indexes": """
+        SELECT indexname, indexdef FROM pg_indexes
+        WHERE schemaname = %(schema)s AND tablename <> 'schema_version'
+        ORDER BY indexname""",
+    "sequences": """
+        SELECT sequencename, data_type::text, start_value, min_value, max_value,
+               increment_by, cycle, cache_size
+        FROM pg_sequences WHERE schemaname = %(schema)s
+        ORDER BY sequencename""",
+    "triggers": """
+        SELECT c.relname, t.tgname, t.tgenabled, pg_get_triggerdef(t.oid) AS definition
+        FROM pg_trigger t
+        JOIN pg_class c ON c.oid = t.tgrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
+        ORDER BY c.relname, t.tgname""",
+    "functions": """
+        SELECT p.proname, pg_get_functiondef(p.oid) AS definition
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY p.proname""",
+    "other_objects": """
+        SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE n.nspname = %(schema)s AND t.typtype NOT IN ('c', 'b')
+        ORDER BY t.typname""",
+}
+
+
+def _catalog(conn: psycopg.Connection[DictRow], schema: str) -> dict[str, list[dict[str, Any]]]:
+    """Every object of the schema, with the schema's own name replaced by SCHEMA."""
+
+    def normalise(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(f'"{schema}".', "SCHEMA.").replace(f"{schema}.", "SCHEMA.")
+        return value
+
+    with conn.transaction():
+        # Definitions name objects on the search_path without their schema: keep it empty
+        # so that both schemas are always spelled out, and then normalised alike.
+        conn.execute("SET LOCAL search_path TO pg_catalog")
+        return {
+            kind: [
+                {column: normalise(value) for column, value in row.items()}
+                for row in conn.execute(query, {"schema": schema})  # type: ignore[arg-type]
+            ]
+            for kind, query in CATALOG.items()
+        }
+
+
+@pytest.fixture
+def other_schema(server_dsn: str) -> Iterator[str]:
+    """A second fresh schema for the same test; dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # type: ignore[arg-type]
+
+
+def _schema_exists(db: psycopg.Connection[DictRow], schema: str) -> bool:
+    row = db.execute("SELECT count(*) AS n FROM pg_namespace WHERE nspname = %s", (schema,))
+    return row.fetchone() == {"n": 1}
+
+
+def _versions(db: psycopg.Connection[DictRow]) -> list[tuple[int, str, Any]]:
+    rows = db.execute("SELECT version, name, applied_at FROM schema_version ORDER BY version")
+    return [(row["version"], row["name"], row["applied_at"]) for row in rows]
+
+
+def _job_count(db: psycopg.Connection[DictRow]) -> int:
+    return int(db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"])  # type: ignore[index]
+
+
+def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, other_schema, db):
+    """schema.sql in one schema and every migration in another give the same tables,
+    columns, types, defaults, constraints, indexes, sequences, triggers and functions."""
+    db.execute(f'CREATE SCHEMA "{other_schema}"')  # type: ignore[arg-type]
+    db.execute(_sql.schema_sql(other_schema))  # type: ignore[arg-type]
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        assert queue.migrate() == [m.version for m in _sql.migrations()]
+
+    migrated = _catalog(db, schema)
+    from_schema_sql = _catalog(db, other_schema)
+
+    # The comparison is only as good as what it sees: make sure it sees the real thing.
+    assert [c["attname"] for c in migrated["columns"]][:3] == ["id", "queue", "task"]
+    assert len(migrated["columns"]) == 19
+    assert {i["indexname"] for i in migrated["indexes"]} >= {
+        "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
+    }
+    assert [t["tgname"] for t in migrated["triggers"]] == ["jobs_notify_inserted"]
+    assert [f["proname"] for f in migrated["functions"]] == ["jobs_notify_inserted"]
+    assert "fillfactor=70" in migrated["tables"][0]["reloptions"]
+    assert all(
+        "SCHEMA." in i["indexdef"] and schema not in i["indexdef"] for i in migrated["indexes"]
+    )
+
+    for kind in CATALOG:
+        assert from_schema_sql[kind] == migrated[kind], kind
+
+
+def test_a_schema_built_from_schema_sql_is_accepted_by_a_queue(dsn, schema, db):
+    """A team that applies schema_sql() with its own tool gets a schema pgbaton accepts."""
+    db.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[arg-type]
+    db.execute(_sql.schema_sql(schema))  # type: ignore[arg-type]
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        job_id = queue.enqueue("hello")
+        assert queue.get(job_id) is not None
+
+
+def _migrate_in_rounds(
+    index: int,
+    dsn: str,
+    schemas: list[str],
+    start: multiprocessing.synchronize.Barrier,
+    reports: multiprocessing.Queue[dict[str, Any]],
+) -> None:
+    """One spawned process: for each schema, wait for all the others, then migrate it."""
+    try:
+        applied = {}
+        for schema in schemas:
+            queue = pgbaton.Queue(dsn, schema=schema)
+            start.wait(timeout=PROCESS_TIMEOUT_SECONDS)
+            applied[schema] = queue.migrate()
+        reports.put({"process": index, "applied": applied})
+    except BaseException:
+        start.abort()  # free the others from the start line at once
+        reports.put({"process": index, "error": traceback.format_exc()})
+
+
+def test_processes_migrating_one_fresh_schema_at_once_all_succeed(server_dsn, db):
+    """Four processes migrating the same fresh schema at the same instant all succeed,
+    exactly one applies each migration, and each is recorded once; three rounds."""
+    processes_count = 4
+    schemas = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(3)]
+    start = SPAWN.Barrier(processes_count)
+    reports: multiprocessing.Queue[dict[str, Any]] = SPAWN.Queue()
+    processes = [
+        SPAWN.Process(target=_migrate_in_rounds, args=(i, server_dsn, schemas, start, reports))
+        for i in range(processes_count)
+    ]
+    try:
+        for process in processes:
+            process.start()
+        results = []
+        for _ in processes:
+            try:
+                results.append(reports.get(timeout=2 * PROCESS_TIMEOUT_SECONDS))
+            except stdlib_queue.Empty:
+                codes = [process.exitcode for process in processes]
+                raise AssertionError(f"a process never reported; exit codes {codes}") from None
+        for process in processes:
+            process.join(timeout=PROCESS_TIMEOUT_SECONDS)
+        assert [process.exitcode for process in processes] == [0] * processes_count
+
+        errors = [r["error"] for r in results if "error" in r]
+        assert not errors, "\n".join(errors)
+        every_version = [m.version for m in _sql.migrations()]
+        for schema in schemas:
+            outcomes = sorted((r["applied"][schema] for r in results), key=len)
+            assert outcomes == [[]] * (processes_count - 1) + [every_version], schema
+            rows = db.execute(
+                f'SELECT version, count(*) AS n FROM "{schema}".schema_version'  # type: ignore[arg-type]
+                " GROUP BY version ORDER BY version"
+            ).fetchall()
+            assert rows == [{"version": v, "n": 1} for v in every_version]
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for schema in schemas:
+            db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
+
+
+def test_migrating_a_current_schema_applies_nothing(dsn, schema, db):
+    """A second migrate() returns [] and leaves the version table as it was."""
+    queue = pgbaton.Queue(dsn, schema=schema)
+    assert queue.migrate() == [m.version for m in _sql.migrations()]
+    recorded = _versions(db)
+    assert [v for v, _, _ in recorded] == [m.version for m in _sql.migrations()]
+    assert queue.migrate() == []
+    assert _versions(db) == recorded
+    assert queue.schema_version() == pgbaton.schema_version()
+
+
+async def test_async_migrate_twice_applies_once(dsn, schema, db):
+    """AsyncQueue.migrate() applies every migration once, then nothing."""
+    async with pgbaton.AsyncQueue(dsn, schema=schema) as queue:
+        assert await queue.migrate() == [m.version for m in _sql.migrations()]
+        assert await queue.migrate() == []
+        assert await queue.schema_version() == pgbaton.schema_version()
+    assert [v for v, _, _ in _versions(db)] == [m.version for m in _sql.migrations()]
+
+
+def test_unmigrated_schema_is_refused_and_nothing_is_created(dsn, schema, db):
+    """Using a schema that was never migrated raises SchemaNotMigrated naming the schema
+    and `pgbaton migrate`, and creates neither the schema nor any table."""
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        with pytest.raises(pgbaton.SchemaNotMigrated) as raised:
+            queue.enqueue("send_email", {"to": "a@example.com"})
+        assert queue.schema_version() == 0
+    message = str(raised.value)
+    assert repr(schema) in message and "pgbaton migrate" in message
+    assert isinstance(raised.value, pgbaton.SchemaError)
+    assert not _schema_exists(db, schema)
+
+    # A schema a DBA created empty is no different.
+    db.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[arg-type]
+    with pgbaton.Queue(dsn, schema=schema) as queue, pytest.raises(pgbaton.SchemaNotMigrated):
+        queue.claim("w1")
+    tables = db.execute(
+        "SELECT count(*) AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s",
+        (schema,),
+    ).fetchone()
+    assert tables == {"n": 0}
+
+
+async def test_async_unmigrated_schema_is_refused(dsn, schema, db):
+    """AsyncQueue refuses an unmigrated schema the same way, creating nothing."""
+    async with pgbaton.AsyncQueue(dsn, schema=schema) as queue:
+        with pytest.raises(pgbaton.SchemaNotMigrated, match="pgbaton migrate"):
+            await queue.enqueue("send_email")
+    assert not _schema_exists(db, schema)
+
+
+def test_schema_newer_than_the_library_is_refused_before_writing(dsn, schema, db, queue):
+    """A schema at version 99 makes a client raise SchemaTooNew naming both versions and
+    telling to upgrade pgbaton; neither enqueue nor migrate writes anything."""
+    db.execute("INSERT INTO schema_version (version, name) VALUES (99, 'from_the_future')")
+    before = _versions(db)
+    ours = pgbaton.schema_version()
+    with pgbaton.Queue(dsn, schema=schema) as newer:
+        with pytest.raises(pgbaton.SchemaTooNew) as raised:
+            newer.enqueue("send_email")
+        message = str(raised.value)
+        assert "version 99" in message and f"version {ours}" in message
+        assert "upgrade pgbaton" in message and repr(schema) in message
+
+        with pytest.raises(pgbaton.SchemaTooNew, match="upgrade pgbaton") as raised:
+            newer.migrate()
+        assert "99" in str(raised.value)
+    assert _job_count(db) == 0
+    assert _versions(db) == before
+
+
+def test_schema_older_than_the_library_is_refused_before_writing(
+    dsn, schema, db, queue, monkeypatch
+):
+    """A library one version ahead of the schema raises SchemaOutOfDate naming both
+    versions and `pgbaton migrate`, and writes nothing."""
+    ours = pgbaton.schema_version()
+    # The database is real; only the library's idea of its own version moves ahead.
+    monkeypatch.setattr(_sql, "schema_version", lambda: ours + 1)
+    with (
+        pgbaton.Queue(dsn, schema=schema) as ahead,
+        pytest.raises(pgbaton.SchemaOutOfDate) as raised,
+    ):
+        ahead.enqueue_many([{"task": "a"}, {"task": "b"}])
+    message = str(raised.value)
+    assert f"version {ours}" in message and f"version {ours + 1}" in message
+    assert "pgbaton migrate" in message and repr(schema) in message
+    assert _job_count(db) == 0
+
+
+def test_server_version_is_read_and_accepted(dsn, db):
+    """The server's version is read from the server and PostgreSQL 15 and 18 pass."""
+    with _database.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(_sql.queries("pgbaton")["server_version"]).fetchone()
+        assert row is not None
+        assert row["version_num"] == conn.info.server_version
+        assert row["version_num"] >= 150000
+        _database.check_server(conn)
+
+
+def test_server_older_than_required_is_refused_before_writing(dsn, schema, db, monkeypatch):
+    """A server below the library's minimum makes migrate() and the first call raise
+    ServerTooOld naming the server's version, before the schema is created."""
+    server = db.execute("SHOW server_version").fetchone()["server_version"]  # type: ignore[index]
+    # The server is real; only the minimum the library asks for moves above it.
+    monkeypatch.setattr(_database, "MIN_SERVER_VERSION", 10_000_000)
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        with pytest.raises(pgbaton.ServerTooOld) as raised:
+            queue.migrate()
+        assert f"PostgreSQL {server} is too old" in str(raised.value)
+        with pytest.raises(pgbaton.ServerTooOld):
+            queue.enqueue("send_email")
+    assert not _schema_exists(db, schema)
