@@ -55,7 +55,7 @@ def redact_dsn(dsn: str) -> str:
         return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
     if "password" in params:
         params["password"] = "***"
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 # SQLSTATEs that mean the session is gone, not that the statement failed.

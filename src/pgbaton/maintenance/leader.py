@@ -58,6 +58,8 @@ class Leader:
     async def _lead(self, conn: psycopg.AsyncConnection[object]) -> None:
         loop = asyncio.get_running_loop()
         due = {service.name: 0.0 for service in self.services}
+        for service in self.services:
+            service.on_elected()
         while True:
             for service in self.services:
                 if loop.time() >= due[service.name]:

@@ -19,6 +19,9 @@ class Service(Protocol):
     name: str
     interval: float
 
+    def on_elected(self) -> None:
+        """Called each time this worker becomes leader, before the first run_once()."""
+
     async def run_once(self) -> int: ...
 
 
@@ -30,6 +33,9 @@ class Reaper:
     def __init__(self, queue: AsyncQueue, interval: float) -> None:
         self.queue = queue
         self.interval = interval
+
+    def on_elected(self) -> None:
+        pass
 
     async def run_once(self) -> int:
         reaped = await self.queue.reap()
@@ -48,6 +54,9 @@ class Pruner:
         self.interval = interval
         self.retention = retention
 
+    def on_elected(self) -> None:
+        pass
+
     async def run_once(self) -> int:
         pruned = await self.queue.prune(retention=self.retention)
         if pruned:
@@ -61,20 +70,36 @@ class Periodics:
 
     name = "periodic"
 
-    def __init__(self, queue: AsyncQueue, periodics: Sequence[Periodic], interval: float) -> None:
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        periodics: Sequence[Periodic],
+        interval: float,
+        catch_up: float = 10.0,
+    ) -> None:
         self.queue = queue
         self.periodics = list(periodics)
         self.interval = interval
+        self.catch_up = dt.timedelta(seconds=catch_up)
         self._next: dict[int, dt.datetime] = {}
+
+    def on_elected(self) -> None:
+        # A new term starts afresh: ticks are computed from the clock, not remembered
+        # from a term that may have ended long ago.
+        self._next.clear()
 
     async def run_once(self) -> int:
         now = dt.datetime.now(dt.UTC)
         jobs: list[dict[str, Any]] = []
         for index, periodic in enumerate(self.periodics):
             if index not in self._next:
-                # A new leader starts at the latest tick already due, so a tick that fell
-                # in the gap between two leaders is still enqueued (once, by its key).
-                self._next[index] = croniter(periodic.cron, now).get_prev(dt.datetime)
+                # Ticks that fell due while no one led (the old leader died, this one was
+                # elected) are enqueued now; those the old leader did enqueue are skipped
+                # by their idempotency key. The window bounds it: a handover that takes
+                # longer than catch_up loses the ticks before it.
+                self._next[index] = croniter(periodic.cron, now - self.catch_up).get_next(
+                    dt.datetime
+                )
             while self._next[index] <= now:
                 tick = self._next[index]
                 options = periodic.task.job_options(

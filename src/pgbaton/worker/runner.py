@@ -137,7 +137,10 @@ class Worker:
                 [
                     Reaper(self.queue, self.config.reap_interval),
                     Pruner(self.queue, self.config.prune_interval, self.config.retention),
-                    Periodics(self.queue, self.app.periodics, self.config.periodic_interval),
+                    Periodics(
+                        self.queue, self.app.periodics, self.config.periodic_interval,
+                        catch_up=2 * self.config.elect_interval + 5,
+                    ),
                 ],
                 elect_interval=self.config.elect_interval,
             )
@@ -306,7 +309,9 @@ class Worker:
                 continue
             self.stats["heartbeats"] += 1
             for running, still_held in zip(group, held, strict=True):
-                if not still_held:
+                # A finished handler's outcome may have been written while this heartbeat
+                # was in flight; the completer's own fenced write tells the truth for it.
+                if not still_held and running.handler is not None and not running.handler.done():
                     self._lose(running)
 
     def _lose(self, running: Running) -> None:

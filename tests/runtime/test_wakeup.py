@@ -1,0 +1,111 @@
+"""How an idle worker learns of new jobs: NOTIFY at commit, polling for delayed jobs."""
+
+from __future__ import annotations
+
+import psycopg
+
+import pgbaton
+from tests.runtime import app_under_test as tasks
+from tests.runtime.conftest import scalar, wait_until
+
+# Far longer than any test: a job that starts before it was enqueued by the poll timer
+# can only have been started by a wake-up.
+NEVER_POLL = ("--poll-interval", "3600")
+
+
+def wait_for_listener(db, schema: str) -> None:
+    """Wait until the worker's LISTEN connection is up (pg_listening_channels is per
+    session, so look for the session whose last statement was the LISTEN)."""
+    channel = schema + "_jobs"
+    wait_until(
+        lambda: scalar(
+            db,
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+            f'LISTEN "{channel}"',
+        ) == 1,
+        timeout=30,
+        what=f"the worker to LISTEN on {channel}",
+    )
+
+
+def done(db, job_id: int) -> bool:
+    return scalar(db, "SELECT status FROM jobs WHERE id = %s", job_id) == "done"
+
+
+def test_notify_wakes_an_idle_worker(start_worker, db, app_schema):
+    """A job enqueued into an idle worker that never polls is run, woken by its NOTIFY."""
+    worker = start_worker(*NEVER_POLL, "--no-maintenance")
+    wait_for_listener(db, app_schema)
+    job = tasks.work.enqueue({"seconds": 0})
+    wait_until(lambda: done(db, job), timeout=10, what="the job to be done without a poll")
+    assert scalar(db, "SELECT worker_pid FROM effects WHERE job_id = %s AND what = 'end'",
+                  job) == worker.pid
+    assert worker.stop() == 0
+    stats = worker.final_stats()
+    assert stats["wakeups_notify"] >= 1, stats
+    assert stats["completed"] == 1, stats
+
+
+def test_job_enqueued_in_a_transaction_waits_for_the_commit(start_worker, db, app_schema):
+    """A job enqueued in an open transaction is not claimed before the commit, and is
+    run promptly after it."""
+    worker = start_worker(*NEVER_POLL, "--no-maintenance")
+    wait_for_listener(db, app_schema)
+    with psycopg.connect(tasks.app.dsn) as txn:
+        hidden = tasks.work.enqueue({"seconds": 0}, conn=txn)
+        # A probe committed after the hidden insert: once the worker has run it, it has
+        # claimed (limit = its free slots) at a moment when the hidden row existed.
+        probe = tasks.work.enqueue({"seconds": 0})
+        wait_until(lambda: done(db, probe), timeout=10, what="the probe job to be done")
+        row = txn.execute(
+            f'SELECT status, attempts FROM "{app_schema}".jobs WHERE id = %s', (hidden,)
+        ).fetchone()
+        assert row == ("pending", 0)
+        assert scalar(db, "SELECT count(*) FROM effects WHERE job_id = %s", hidden) == 0
+        txn.commit()
+    wait_until(lambda: done(db, hidden), timeout=10, what="the committed job to be done")
+    assert worker.stop() == 0
+    stats = worker.final_stats()
+    assert stats["wakeups_notify"] >= 2, stats
+    assert stats["completed"] == 2, stats
+
+
+def test_delayed_job_is_picked_up_by_polling(start_worker, db, app_schema):
+    """A job whose run_at is ahead sends no NOTIFY; the poll picks it up once it is due,
+    not before."""
+    worker = start_worker("--poll-interval", "0.2", "--no-maintenance")
+    wait_for_listener(db, app_schema)
+    job = tasks.work.enqueue({"seconds": 0}, delay=1.0)
+    wait_until(lambda: done(db, job), timeout=10, what="the delayed job to be done")
+    assert scalar(db, "SELECT started_at >= run_at FROM jobs WHERE id = %s", job)
+    assert scalar(db, "SELECT min(at) >= (SELECT run_at FROM jobs WHERE id = %s)"
+                  " FROM effects WHERE job_id = %s", job, job)
+    assert worker.stop() == 0
+    stats = worker.final_stats()
+    # Nothing but the poll can have found it: the insert trigger skips jobs not yet due.
+    assert stats.get("wakeups_notify", 0) == 0, stats
+    assert stats["completed"] == 1, stats
+
+
+def test_unknown_task_fails_its_job_and_the_worker_goes_on(start_worker, db, app_schema,
+                                                           queue: pgbaton.Queue):
+    """A job naming a task the app lacks fails with an error that names it; the same
+    worker process then runs the next job."""
+    worker = start_worker("--poll-interval", "0.2", "--no-maintenance")
+    unknown = queue.enqueue("no_such_task", max_attempts=1)
+    wait_until(
+        lambda: scalar(db, "SELECT status FROM jobs WHERE id = %s", unknown) == "failed",
+        timeout=10, what="the unknown task's job to fail",
+    )
+    errors = scalar(db, "SELECT errors FROM jobs WHERE id = %s", unknown)
+    assert len(errors) == 1
+    assert errors[0]["type"] == "UnknownTask"
+    assert "'no_such_task'" in errors[0]["message"]
+    later = tasks.work.enqueue({"seconds": 0})
+    wait_until(lambda: done(db, later), timeout=10, what="the next job to be done")
+    assert worker.process.poll() is None
+    assert scalar(db, "SELECT worker_pid FROM effects WHERE job_id = %s AND what = 'end'",
+                  later) == worker.pid
+    assert worker.stop() == 0
+    stats = worker.final_stats()
+    assert (stats["failed"], stats["completed"]) == (1, 1), stats
