@@ -80,12 +80,16 @@ WITH candidate AS (
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND (j.key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM __schema__.jobs AS other
-            WHERE other.key = j.key
-              AND other.status IN ('pending', 'running')
-              AND other.id <> j.id
-              AND (other.status = 'running' OR other.id < j.id)))
+      -- Two probes, one per index, so each costs one index lookup whatever the number
+      -- of running jobs: the key's running job, then an older pending job of the key.
+      AND (j.key IS NULL OR (
+            NOT EXISTS (
+                SELECT 1 FROM __schema__.jobs AS running
+                WHERE running.key = j.key AND running.status = 'running')
+            AND NOT EXISTS (
+                SELECT 1 FROM __schema__.jobs AS older
+                WHERE older.key = j.key AND older.status = 'pending'
+                  AND older.id < j.id)))
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
