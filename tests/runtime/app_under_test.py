@@ -97,3 +97,31 @@ async def too_slow() -> None:
 @app.periodic("* * * * * *", pass_context=True)
 async def every_second(context: pgbaton.JobContext) -> None:
     await asyncio.to_thread(record, context, "tick")
+
+
+def effect_exists(job_id: int, what: str, min_attempt: int = 0) -> bool:
+    with psycopg.connect(app.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            f'SELECT 1 FROM "{SCHEMA}".effects'
+            " WHERE job_id = %s AND what = %s AND coalesce(attempt, 0) >= %s",
+            (job_id, what, min_attempt),
+        ).fetchone()
+    return row is not None
+
+
+@app.task(pass_context=True)
+async def stall_first_attempt(context: pgbaton.JobContext) -> str:
+    """Attempt 1 stalls the whole event loop until attempt 2 has started elsewhere; a later
+    attempt finishes once the test inserts a 'proceed' effect for the job."""
+    await asyncio.to_thread(record, context, "start")
+    if context.attempt == 1:
+        # Blocking on the loop's own thread: no heartbeat runs, as in a long GC pause.
+        deadline = time.monotonic() + 30
+        while not effect_exists(context.job_id, "start", 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        record(context, "woke")
+    else:
+        while not await asyncio.to_thread(effect_exists, context.job_id, "proceed"):
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(record, context, "end")
+    return f"attempt {context.attempt} by pid {os.getpid()}"

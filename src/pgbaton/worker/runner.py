@@ -9,9 +9,9 @@ maintenance leader. No transaction is open while a handler runs.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import json
 import logging
 import os
@@ -19,7 +19,7 @@ import random
 import socket
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,18 @@ logger = logging.getLogger("pgbaton.worker")
 
 RECONNECT_START_SECONDS = 0.1
 RECONNECT_MAX_SECONDS = 5.0
+SYNC_STOP_GRACE_SECONDS = 2.0
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel until every task has ended. Once is not always enough on Python 3.11:
+    asyncio.wait_for (used by the pool) can swallow a cancellation that arrives just as
+    what it waits for completes."""
+    pending: set[asyncio.Task[None]] = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.5)
 
 
 def default_worker_id() -> str:
@@ -77,6 +89,7 @@ class Running:
     context: JobContext
     lease: float
     handler: asyncio.Task[None] | None = None
+    thread: concurrent.futures.Future[Any] | None = None  # a sync handler's run
     lost: bool = False
     released: bool = False
     events: list[str] = field(default_factory=list)
@@ -95,7 +108,7 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._stopping = asyncio.Event()
         self._forced = asyncio.Event()
-        self._threads = ThreadPoolExecutor(
+        self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.config.concurrency, thread_name_prefix="pgbaton-job"
         )
         self._completer = Completer(self.queue, self._written)
@@ -110,7 +123,7 @@ class Worker:
             self._forced.set()
         else:
             logger.info(
-                "stopping: no new claims; running jobs get %.0f s to finish",
+                "stopping: no new claims; running jobs get %g s to finish",
                 self.config.shutdown_grace,
             )
             self._stopping.set()
@@ -149,9 +162,7 @@ class Worker:
             await self._produce()
             await self._shut_down()
         finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await _cancel_all(background)
             self._threads.shutdown(wait=False, cancel_futures=True)
             await self.queue.close()
             logger.info("worker %s stopped: %s", self.worker_id, json.dumps(dict(self.stats)))
@@ -244,16 +255,14 @@ class Worker:
 
     async def _invoke(self, task: Task, running: Running) -> Any:
         positional = (running.context,) if task.pass_context else ()
+        call: Awaitable[Any]
         if task.is_async:
             call = task.func(*positional, **running.claim.args)
         else:
-            call = asyncio.get_running_loop().run_in_executor(
-                self._threads,
-                functools.partial(
-                    contextvars.copy_context().run, task.func, *positional,
-                    **running.claim.args,
-                ),
+            running.thread = self._threads.submit(
+                contextvars.copy_context().run, task.func, *positional, **running.claim.args
             )
+            call = asyncio.wrap_future(running.thread)
         if task.timeout is None:
             return await call
         deadline = asyncio.timeout(task.timeout)
@@ -283,7 +292,7 @@ class Worker:
     # -- leases ---------------------------------------------------------------------
 
     async def _heartbeat_forever(self) -> None:
-        while True:
+        while not self._forced.is_set():
             leases = [r.lease for r in self._held.values()] or [self.config.lease]
             # A third of the shortest lease: two heartbeats may fail before it runs out.
             await asyncio.sleep(min(leases) / 3)
@@ -344,6 +353,11 @@ class Worker:
             assert running.handler is not None
             running.handler.cancel()
         await asyncio.gather(*(r.handler for r in unfinished if r.handler), return_exceptions=True)
+        # A sync handler cannot be cancelled, only asked to stop: give it a moment to see
+        # should_stop and return before its job is handed back.
+        threads = [asyncio.wrap_future(r.thread) for r in unfinished if r.thread is not None]
+        if threads:
+            await asyncio.wait(threads, timeout=SYNC_STOP_GRACE_SECONDS)
         await self._completer.drained()
         if unfinished:
             try:
