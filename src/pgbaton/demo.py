@@ -38,7 +38,7 @@ from .queue import Queue
 
 LEASE = 2.0
 STALL = 3 * LEASE
-CUSTOMERS = 300
+CUSTOMERS = 200
 ORDERS_PER_CUSTOMER = 10
 IN_ORDER_CUSTOMER = "acme"
 IN_ORDER_ORDERS = 40
@@ -150,7 +150,7 @@ class Demo:
         # Two workers first, so that the doomed ones hold the long and the stalling job.
         doomed = self.start_worker("w6", "to be killed", "default,long", "--no-maintenance")
         staller = self.start_worker("w7", "will stall", "default,stall", "--no-maintenance")
-        queue.enqueue_many([{"task": "long_job", "args": {"seconds": 3 * LEASE},
+        queue.enqueue_many([{"task": "long_job", "args": {"seconds": 0.5},
                              "queue": "long"} for _ in range(LONG_JOBS)])
         queue.enqueue("slow_report", {"stall_seconds": STALL}, queue="stall")
         self.wait(live, lambda: self.sql(
@@ -174,7 +174,7 @@ class Demo:
         ]
         random.shuffle(orders[: CUSTOMERS * ORDERS_PER_CUSTOMER])
         queue.enqueue_many(orders)
-        queue.enqueue("poison", {"order": 666})
+        queue.enqueue("poison", {"order": 666}, max_attempts=demo_app.poison.max_attempts)
         self.event(f"enqueued {len(orders)} orders ({IN_ORDER_ORDERS} of them for "
                    f"'{IN_ORDER_CUSTOMER}', to run in order) and one poison job")
 
@@ -270,7 +270,7 @@ class Demo:
             "SELECT max((SELECT count(DISTINCT b.key) FROM jobs b"
             "  WHERE b.task = 'process_order' AND b.started_at <= a.started_at"
             "  AND b.finished_at > a.started_at)) AS n"
-            " FROM jobs a WHERE a.task = 'process_order' AND a.id % 20 = 0")[0]["n"]
+            " FROM jobs a WHERE a.task = 'process_order' AND a.id %% 20 = 0")[0]["n"]
         checks.append(Check(
             f"'{IN_ORDER_CUSTOMER}' orders ran one at a time, in order; others in parallel",
             len(in_order) == IN_ORDER_ORDERS and ordered and (peak or 0) > 1,

@@ -32,6 +32,8 @@ async def _record(context: JobContext, what: str) -> None:
     global _connection  # noqa: PLW0603 - one connection per worker process, made on first use
     if _connection is None or _connection.closed:
         _connection = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
+        # The demo's own bookkeeping need not wait for the disk; pgbaton's writes do.
+        await _connection.execute("SET synchronous_commit = off")
     await _connection.execute(
         f'INSERT INTO "{SCHEMA}".demo_effects (job_id, attempt, worker_pid, what)'
         " VALUES (%s, %s, %s, %s)",
@@ -50,9 +52,10 @@ async def process_order(context: JobContext, customer: str, order: int, ms: floa
 
 @app.task(pass_context=True, queue="long")
 async def long_job(context: JobContext, seconds: float) -> str:
-    """Long enough to be in flight when its worker is killed."""
+    """Its first attempt waits on a dependency that never answers, so it is surely in
+    flight when its worker is killed; a later attempt takes `seconds`."""
     await _record(context, "start")
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(3600 if context.attempt == 1 else seconds)
     await _record(context, "end")
     return "long job done"
 

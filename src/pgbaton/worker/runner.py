@@ -279,6 +279,9 @@ class Worker:
 
     def _written(self, outcome: Outcome, accepted: bool) -> None:
         self._held.pop(outcome.claim.token, None)
+        # A finished job can make others claimable (the next job of its key), and a
+        # short claim may have left work behind: claim again rather than wait for a poll.
+        self._wakeup.set()
         if accepted:
             self.stats["completed" if outcome.ok else "failed"] += 1
             return
