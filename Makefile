@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint generate clean
+.PHONY: demo test lint generate clean bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,16 @@ test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
-	$(PY) -m ruff check src tests tools
+	$(PY) -m ruff check src tests tools benchmarks
 	$(PY) -m mypy
 	$(PY) tools/async_to_sync.py --check
 
 generate: $(VENV)/.installed
 	$(PY) tools/async_to_sync.py
 
+bench:
+	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
+	.venv-bench/bin/python -m benchmarks.run $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-bench .pytest_cache .mypy_cache .ruff_cache

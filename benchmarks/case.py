@@ -1,0 +1,291 @@
+"""One case for one system, in a process of its own and a database of its own.
+
+    python -m benchmarks.case SYSTEM CASE --dsn URL --params JSON
+    python -m benchmarks.case SYSTEM --check
+    python -m benchmarks.case SYSTEM --prepare --dsn URL
+
+The orchestrator (benchmarks.run) creates the fresh database, starts this process, and
+reads the last line it prints: `RESULT {json}`. Keeping every run in its own process
+means that the RSS measured is that of one system's worker and nothing else, and that
+no state (pools, caches, imported peers) leaks from one run into the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import json
+import logging
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+from .common import PROBE, RssSampler, percentile, rss_bytes
+from .systems import load
+from .systems.base import System
+
+MB = 1024 * 1024
+STOP_TIMEOUT_SECONDS = 60.0
+
+
+def chunks(seqs: Sequence[int], size: int) -> Iterator[Sequence[int]]:
+    for start in range(0, len(seqs), size):
+        yield seqs[start : start + size]
+
+
+async def wait_until_finished(system: System, timeout: float, interval: float) -> None:
+    """Until the database says no job is pending or running."""
+    deadline = time.perf_counter() + timeout
+    while (left := await system.unfinished()) > 0:
+        system.check_worker()
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{left} jobs still unfinished after {timeout:.0f} s")
+        await asyncio.sleep(interval)
+
+
+async def stop(system: System) -> None:
+    await asyncio.wait_for(system.stop_worker(), STOP_TIMEOUT_SECONDS)
+
+
+# -- the cases --------------------------------------------------------------------------
+
+
+async def enqueue_single(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """One enqueue call per job, each its own transaction; a system that is still busy
+    when the time cap runs out is measured over the jobs it enqueued by then."""
+    jobs, cap = p["jobs"], p["time_cap"]
+    started = time.perf_counter()
+    done = 0
+    for seq in range(jobs):
+        await system.enqueue_one(seq)
+        done += 1
+        if time.perf_counter() - started > cap:
+            break
+    seconds = time.perf_counter() - started
+    stored = await system.stored()
+    if stored != done:
+        raise RuntimeError(f"enqueued {done} jobs but {stored} are pending")
+    return {
+        "metrics": {"jobs_per_s": done / seconds},
+        "info": {"seconds": seconds, "jobs": done, "capped": done < jobs},
+    }
+
+
+async def enqueue_bulk(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    jobs, batch = p["jobs"], p["batch"]
+    seqs = range(jobs)
+    started = time.perf_counter()
+    for chunk in chunks(seqs, batch):
+        await system.enqueue_batch(chunk)
+    seconds = time.perf_counter() - started
+    stored = await system.stored()
+    if stored != jobs:
+        raise RuntimeError(f"enqueued {jobs} jobs but {stored} are pending")
+    return {"metrics": {"jobs_per_s": jobs / seconds}, "info": {"seconds": seconds}}
+
+
+async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """Pre-enqueue the jobs (untimed), start the worker, and time from the first handler
+    start to the moment the database shows every job finished. A system that has not
+    started every job when the time cap runs out is measured over the jobs started by
+    then (the report marks it)."""
+    jobs, batch, concurrency = p["jobs"], p["batch"], p["concurrency"]
+    cap, timeout = p["time_cap"], p["timeout"]
+    for chunk in chunks(range(jobs), batch):
+        await system.enqueue_batch(chunk)
+    await system.analyze()
+    stored = await system.stored()
+    if stored != jobs:
+        raise RuntimeError(f"pre-enqueued {jobs} jobs but {stored} are pending")
+    PROBE.reset()
+    capped = False
+    with RssSampler() as rss:
+        launched = time.perf_counter()
+        await system.start_worker(concurrency)
+        try:
+            await PROBE.wait_started(jobs, cap, alive=system.check_worker)
+        except TimeoutError:
+            capped = True
+        if capped:
+            # Measured over the jobs started by the cap: at most N more than those
+            # finished, and no count query that a slow system could stretch.
+            finished = time.perf_counter()
+            done = len(PROBE.started)
+        else:
+            # Every handler has started; poll the database only now, so that counting
+            # does not compete with the workers for the server during the drain.
+            await wait_until_finished(system, timeout, 0.005)
+            finished = time.perf_counter()
+            done = jobs
+    await stop(system)
+    if PROBE.first is None:
+        raise RuntimeError(f"no job started within {cap:.0f} s")
+    return {
+        "metrics": {
+            "jobs_per_s": done / (finished - PROBE.first),
+            "rss_peak_mb": rss.peak / MB,
+        },
+        "info": {
+            "seconds": finished - PROBE.first,
+            "jobs": done,
+            "capped": capped,
+            "startup_seconds": PROBE.first - launched,
+            "executions": PROBE.hits,
+            "ran_twice": PROBE.duplicates,
+        },
+    }
+
+
+async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """Single jobs arriving at an idle worker: each one is enqueued only after the
+    previous one is finished in the database and a random pause has passed.
+
+    Latency = perf_counter() at the first line of the handler minus perf_counter() just
+    before the enqueue call; producer and worker share this process, so one monotonic
+    clock serves both and no clock skew enters. It includes the enqueue's own round trip
+    and commit, the wake-up (NOTIFY or poll), the claim and the dispatch to the handler.
+    """
+    jobs, concurrency = p["jobs"], p["concurrency"]
+    gap_min, gap_max, warmup = p["gap_min"], p["gap_max"], p["warmup"]
+    PROBE.reset()
+    await system.start_worker(concurrency)
+    rng = random.Random(7)
+    # Warm-up jobs load whatever each system imports lazily on its first job.
+    for n in range(warmup):
+        await system.enqueue_one(-1 - n)
+        await PROBE.wait_started(n + 1, 30, alive=system.check_worker)
+        await wait_until_finished(system, 30, 0.005)
+    await asyncio.sleep(1.0)
+    rss_idle = rss_bytes()
+    latencies: list[float] = []
+    enqueue_calls: list[float] = []
+    for seq in range(jobs):
+        await asyncio.sleep(rng.uniform(gap_min, gap_max))
+        before = time.perf_counter()
+        await system.enqueue_one(seq)
+        enqueue_calls.append(time.perf_counter() - before)
+        await PROBE.wait_started(warmup + seq + 1, 30, alive=system.check_worker)
+        latencies.append(PROBE.started[seq] - before)
+        await wait_until_finished(system, 30, 0.005)
+    await stop(system)
+    ms = [x * 1000 for x in latencies]
+    return {
+        "metrics": {
+            "p50_ms": percentile(ms, 0.50),
+            "p99_ms": percentile(ms, 0.99),
+            "rss_idle_mb": rss_idle / MB,
+        },
+        "info": {
+            "mean_ms": sum(ms) / len(ms),
+            "max_ms": max(ms),
+            "enqueue_call_p50_ms": percentile([x * 1000 for x in enqueue_calls], 0.50),
+            "samples_ms": [round(x, 3) for x in ms],
+        },
+    }
+
+
+async def claim_time(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """Claim latency (one LIMIT 1 claim per round trip, sequential) with `rows` finished
+    jobs in the table. The table is seeded once; each round then adds fresh pending jobs
+    and times `claims` claims, so a round is one repeat."""
+    rows, pending, claims, rounds = p["rows"], p["pending"], p["claims"], p["rounds"]
+    started = time.perf_counter()
+    await system.seed_done(rows)
+    seeded = time.perf_counter() - started
+    assert system.db is not None
+    await system.db.execute("VACUUM ANALYZE")
+    table_mb = await system.table_bytes() / MB
+    p50: list[float] = []
+    p99: list[float] = []
+    for round_ in range(rounds):
+        base = rows + round_ * pending
+        for chunk in chunks(range(base, base + pending), 1000):
+            await system.enqueue_batch(chunk)
+        # Statistics that include the new pending rows, as autovacuum would soon give them:
+        # right after a bulk insert into a fresh table the planner still sees it empty.
+        await system.analyze()
+        for _ in range(10):
+            await system.claim_one()
+        times: list[float] = []
+        for _ in range(claims):
+            before = time.perf_counter()
+            got = await system.claim_one()
+            times.append((time.perf_counter() - before) * 1000)
+            if got != 1:
+                raise RuntimeError(f"a claim returned {got} jobs with pending jobs present")
+        p50.append(percentile(times, 0.50))
+        p99.append(percentile(times, 0.99))
+    return {
+        "metrics": {"claim_p50_ms": p50, "claim_p99_ms": p99},
+        "info": {"seed_seconds": seeded, "table_mb": table_mb, "done_rows": rows},
+    }
+
+
+CASES: dict[str, Callable[[System, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+    "enqueue_single": enqueue_single,
+    "enqueue_bulk": enqueue_bulk,
+    "drain": drain,
+    "latency": latency,
+    "claim_time": claim_time,
+}
+
+
+async def run(system_name: str, case: str, dsn: str, params: dict[str, Any]) -> dict[str, Any]:
+    system = load(system_name)(dsn)
+    await system.open()
+    try:
+        return await CASES[case](system, params)
+    finally:
+        await system.close()
+
+
+async def prepare(system_name: str, dsn: str) -> dict[str, Any]:
+    """Install the system's schema in the template database that runs are copied from."""
+    system = load(system_name)(dsn)
+    started = time.perf_counter()
+    await system.open(install=True)
+    await system.close()
+    return {"install_seconds": time.perf_counter() - started}
+
+
+def check(system_name: str) -> dict[str, Any]:
+    """Import the system and report its version, without touching a database."""
+    system = load(system_name)
+    version = None
+    if system.distribution:
+        version = importlib.metadata.version(system.distribution)
+    return {
+        "name": system.name,
+        "label": system.label,
+        "role": system.role,
+        "version": version,
+        "cases": sorted(system.cases),
+        "concurrency_meaning": system.concurrency_meaning,
+        "settings": system.settings,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("system")
+    parser.add_argument("case", nargs="?")
+    parser.add_argument("--dsn")
+    parser.add_argument("--params", default="{}")
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--prepare", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if args.check:
+        result = check(args.system)
+    elif args.prepare:
+        result = asyncio.run(prepare(args.system, args.dsn))
+    else:
+        result = asyncio.run(run(args.system, args.case, args.dsn, json.loads(args.params)))
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

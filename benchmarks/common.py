@@ -1,0 +1,263 @@
+"""What every part of the harness shares: the server, fresh databases, the probe that the
+no-op handlers report to, RSS sampling and the statistics of repeated runs."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psutil
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+DATABASE_PREFIX = "pgbaton_bench_"
+
+
+# -- the server and one fresh database per case ------------------------------------------
+
+
+def find_server(explicit: str | None = None) -> tuple[str, Any, str]:
+    """(DSN, embedded server handle or None, how it was chosen).
+
+    The DSN is --dsn, else PGBATON_BENCH_DSN, else the local default; when that server
+    cannot be reached the embedded PostgreSQL of pgbaton is started instead. The caller
+    keeps the handle alive for as long as the server is needed.
+    """
+    dsn = explicit or os.environ.get("PGBATON_BENCH_DSN") or DEFAULT_DSN
+    try:
+        psycopg.connect(dsn, connect_timeout=3, autocommit=True).close()
+    except psycopg.OperationalError as error:
+        from pgbaton import embedded
+
+        # A folder of its own, deleted at the end: never stop or fill a server that
+        # someone else's pgbaton commands are using.
+        folder = Path(tempfile.gettempdir()) / f"pgbaton-bench-pg-{os.getpid()}"
+        server = embedded.start(folder, delete_on_exit=True)
+        reason = " ".join(str(error).split())[:160]
+        return embedded.dsn(server), server, f"embedded server ({dsn} unreachable: {reason})"
+    return dsn, None, dsn
+
+
+def database_url(server_dsn: str, dbname: str) -> str:
+    """A postgresql:// URL for dbname on the server: the one form that psycopg, asyncpg and
+    sqlx (awa) all accept."""
+    params = conninfo_to_dict(server_dsn)
+    user = quote(str(params.get("user", "postgres")), safe="")
+    password = params.get("password")
+    credentials = user + (":" + quote(str(password), safe="") if password else "")
+    host = str(params.get("host", "127.0.0.1"))
+    port = str(params.get("port", "5432"))
+    if host.startswith("/"):
+        # A socket folder cannot sit in the authority part of a URL.
+        return f"postgresql://{credentials}@/{dbname}?host={quote(host, safe='')}&port={port}"
+    return f"postgresql://{credentials}@{host}:{port}/{dbname}"
+
+
+def database_name(label: str) -> str:
+    return f"{DATABASE_PREFIX}{label}_{uuid.uuid4().hex[:8]}".lower()
+
+
+def create_database(server_dsn: str, name: str, template: str = "template0") -> str:
+    """CREATE DATABASE name as a copy of template; returns its URL."""
+    statement = f'CREATE DATABASE "{name}" TEMPLATE "{template}"'
+    for attempt in range(50):
+        try:
+            with psycopg.connect(server_dsn, autocommit=True) as conn:
+                conn.execute(statement)  # type: ignore[arg-type]
+            break
+        except psycopg.errors.ObjectInUse:
+            # The template's last client has disconnected but its backend may not have
+            # exited yet; PostgreSQL refuses to copy a database that has a session.
+            if attempt == 49:
+                raise
+            time.sleep(0.1)
+    return database_url(server_dsn, name)
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+
+
+@contextmanager
+def fresh_database(server_dsn: str, label: str, template: str = "template0") -> Iterator[str]:
+    """A new database for one run, copied from template, dropped afterwards; yields its
+    URL."""
+    name = database_name(label)
+    url = create_database(server_dsn, name, template)
+    try:
+        yield url
+    finally:
+        drop_database(server_dsn, name)
+
+
+def drop_leftover_databases(server_dsn: str) -> list[str]:
+    """Drop the databases of an earlier run that was killed before it could clean up."""
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        names = [
+            row[0]
+            for row in conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE %s",
+                (DATABASE_PREFIX + "%",),
+            )
+        ]
+    for name in names:
+        drop_database(server_dsn, name)
+    return names
+
+
+def server_facts(server_dsn: str) -> dict[str, Any]:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        facts: dict[str, Any] = {}
+        for setting in ("server_version", "shared_buffers", "max_connections",
+                        "synchronous_commit", "fsync"):
+            row = conn.execute(f"SHOW {setting}").fetchone()  # type: ignore[arg-type]
+            facts[setting] = row[0] if row else None
+        return facts
+
+
+# -- the probe: what the no-op handlers report -------------------------------------------
+
+
+class Probe:
+    """Each no-op handler calls hit(seq) first thing; the harness reads when each job
+    started, how many ran, and whether any ran twice.
+
+    Handlers may run on the event loop or (for a system that dispatches elsewhere) on
+    another thread, so waking the waiter goes through call_soon_threadsafe when needed.
+    """
+
+    def __init__(self) -> None:
+        self.started: dict[int, float] = {}
+        self.hits = 0
+        self.duplicates = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._target: int | None = None
+        self._reached: asyncio.Event | None = None
+
+    def reset(self) -> None:
+        self.started.clear()
+        self.hits = self.duplicates = 0
+        self.first = self.last = None
+
+    def hit(self, seq: int) -> None:
+        now = time.perf_counter()
+        if seq in self.started:
+            self.duplicates += 1
+        else:
+            self.started[seq] = now
+        self.hits += 1
+        if self.first is None:
+            self.first = now
+        self.last = now
+        if self._target is not None and len(self.started) >= self._target:
+            self._signal()
+
+    def _signal(self) -> None:
+        event, loop = self._reached, self._loop
+        if event is None or loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)
+
+    async def wait_started(self, count: int, timeout: float, alive: Any = None) -> None:
+        """Until `count` distinct jobs have started; `alive()` may raise to stop early
+        (the worker died)."""
+        self._loop = asyncio.get_running_loop()
+        self._reached = asyncio.Event()
+        self._target = count
+        deadline = time.perf_counter() + timeout
+        try:
+            while len(self.started) < count:
+                if alive is not None:
+                    alive()
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"only {len(self.started)} of {count} jobs started in {timeout:.0f} s"
+                    )
+                try:
+                    await asyncio.wait_for(self._reached.wait(), min(remaining, 0.5))
+                except TimeoutError:
+                    continue
+        finally:
+            self._target = None
+
+
+PROBE = Probe()
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+def rss_bytes() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+class RssSampler:
+    """The peak resident set size of this process, sampled on a thread while it runs."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+    def _run(self) -> None:
+        process = psutil.Process()
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, int(process.memory_info().rss))
+
+
+# -- statistics ----------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile (p99 of 100 values is the 99th smallest)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarize(values: Sequence[float]) -> dict[str, Any]:
+    """Median and spread of the repeats of one measurement."""
+    ordered = sorted(values)
+    median = statistics.median(ordered)
+    spread = (ordered[-1] - ordered[0]) / median * 100 if median else 0.0
+    return {
+        "median": median,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "spread_pct": spread,
+        "n": len(ordered),
+        "values": list(values),
+    }

@@ -1,0 +1,327 @@
+"""The report: medians and spreads of the repeats, ratios to the best peer and to the
+raw-SQL ceiling, as one markdown table plus the facts needed to read it.
+
+    python -m benchmarks.report [benchmarks/results/latest.json]   # re-render latest.md
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .common import summarize
+
+HIGHER, LOWER = "higher", "lower"
+DASH, TIMES = "\u2013", "\u00d7"  # escaped: ruff flags the literal characters
+
+
+def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the summary table: (case, metric) pairs in reading order."""
+    rows = [
+        ("enqueue_single", "jobs_per_s", "Enqueue, one job per call", "jobs/s", HIGHER),
+        ("enqueue_bulk", "jobs_per_s",
+         f"Enqueue in bulk, {plan['bulk_batch']:,} jobs per call", "jobs/s", HIGHER),
+    ]
+    for c in plan["concurrency"]:
+        rows.append((f"drain_c{c}", "jobs_per_s",
+                     f"Drain {plan['jobs']:,} no-op jobs, concurrency {c}", "jobs/s", HIGHER))
+    rows += [
+        ("latency", "p50_ms", "Enqueue-to-start latency at an idle worker, p50", "ms", LOWER),
+        ("latency", "p99_ms", "Enqueue-to-start latency at an idle worker, p99", "ms", LOWER),
+        ("latency", "rss_idle_mb", "Worker RSS, idle", "MB", LOWER),
+        (f"drain_c{max(plan['concurrency'])}", "rss_peak_mb",
+         f"Worker RSS under load (peak, drain at concurrency {max(plan['concurrency'])})",
+         "MB", LOWER),
+    ]
+    for n in plan["claim_rows"]:
+        rows.append((f"claim_{n}", "claim_p50_ms",
+                     f"Claim of one job with {n:,} done rows in the table, p50", "ms", LOWER))
+        rows.append((f"claim_{n}", "claim_p99_ms",
+                     f"Claim of one job with {n:,} done rows in the table, p99", "ms", LOWER))
+    return [dict(zip(("case_id", "metric", "title", "unit", "better"), r, strict=True))
+            for r in rows]
+
+
+def _best(cells: dict[str, dict[str, Any]], names: list[str], better: str) -> str | None:
+    measured = [n for n in names if "median" in cells.get(n, {})]
+    if not measured:
+        return None
+    pick = max if better == HIGHER else min
+    return pick(measured, key=lambda n: cells[n]["median"])
+
+
+def summarize_results(results: dict[str, Any]) -> list[dict[str, Any]]:
+    systems = results["systems"]
+    peers = [n for n, s in systems.items() if s.get("role") == "peer"]
+    ceilings = [n for n, s in systems.items() if s.get("role") == "ceiling"]
+    summary = []
+    for row in summary_rows(results["meta"]["plan"]):
+        cells: dict[str, dict[str, Any]] = {}
+        for name in systems:
+            runs = [r for r in results["runs"]
+                    if r["case_id"] == row["case_id"] and r["system"] == name]
+            if not runs:
+                continue
+            values: list[float] = []
+            errors = [r["error"] for r in runs if "error" in r]
+            capped = False
+            for r in runs:
+                if "error" in r:
+                    continue
+                value = r["metrics"][row["metric"]]
+                values += value if isinstance(value, list) else [value]
+                # The cap shortens the timed work; a memory peak is still a peak.
+                if row["metric"] == "jobs_per_s":
+                    capped = capped or bool(r.get("info", {}).get("capped"))
+            if values:
+                cells[name] = {**summarize(values), "capped": capped, "failed_runs": len(errors)}
+            else:
+                cells[name] = {"error": errors[0] if errors else "no result"}
+        if not cells:
+            continue  # the case was not run
+        best_peer = _best(cells, peers, row["better"])
+        ceiling = _best(cells, ceilings, row["better"])
+        subject = cells.get("pgbaton", {}).get("median")
+        summary.append({
+            **row,
+            "cells": cells,
+            "best_peer": best_peer,
+            "ceiling": ceiling,
+            "pgbaton_vs_best_peer": (subject / cells[best_peer]["median"]
+                                     if subject and best_peer else None),
+            "pgbaton_vs_ceiling": (subject / cells[ceiling]["median"]
+                                   if subject and ceiling else None),
+        })
+    return summary
+
+
+# -- markdown ----------------------------------------------------------------------------
+
+
+def number(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def cell_text(cell: dict[str, Any] | None, notes: list[str], where: str) -> str:
+    if cell is None:
+        return DASH
+    if "error" in cell:
+        notes.append(f"{where}: {cell['error']}")
+        return f"failed [{len(notes)}]"
+    text = number(cell["median"])
+    if cell["n"] > 1:
+        text += f" ±{cell['spread_pct'] / 2:.0f}%"
+    if cell["capped"]:
+        text += " †"
+    if cell["failed_runs"]:
+        notes.append(f"{where}: {cell['failed_runs']} of the runs failed (see latest.json)")
+        text += f" [{len(notes)}]"
+    return text
+
+
+def ratio_text(ratio: float | None, name: str | None, labels: dict[str, str]) -> str:
+    if ratio is None or name is None:
+        return DASH
+    return f"{ratio:.2f}{TIMES} ({labels[name]})"
+
+
+def render(results: dict[str, Any]) -> str:
+    meta, systems = results["meta"], results["systems"]
+    plan = meta["plan"]
+    summary = results.get("summary") or summarize_results(results)
+    names = list(systems)
+    labels = {n: systems[n].get("label", n) for n in names}
+    machine = meta["machine"]
+    lines = [
+        "# pgbaton beside its peers",
+        "",
+        f"Mode **{plan['mode']}**, {meta['started_at']}, {meta['duration_seconds'] // 60} min. "
+        f"Machine: {machine['cpus']} cores, {machine['memory_gb']} GB, Python "
+        f"{machine['python']}, load average at start {machine['load_average_at_start']}. "
+        f"Server: PostgreSQL {meta['server_settings'].get('server_version')} "
+        f"({meta['server']}; shared_buffers {meta['server_settings'].get('shared_buffers')}, "
+        f"synchronous_commit {meta['server_settings'].get('synchronous_commit')}). "
+        f"Command: `{meta['command']}`.",
+        "",
+    ]
+    if plan["mode"] == "quick":
+        lines += ["> Quick mode: few jobs and one repeat. It shows that the harness works; "
+                  "its numbers are not a measurement.", ""]
+    notes: list[str] = []
+    header = ["Measurement", "better", *[labels[n] for n in names],
+              "pgbaton ÷ best peer", "pgbaton ÷ ceiling"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(["---"] * 2 + ["--:"] * len(names) + ["--:"] * 2) + "|")
+    for row in summary:
+        cells = [cell_text(row["cells"].get(n), notes, f"{labels[n]}, {row['title']}")
+                 for n in names]
+        lines.append("| " + " | ".join([
+            f"{row['title']} ({row['unit']})", row["better"], *cells,
+            ratio_text(row["pgbaton_vs_best_peer"], row["best_peer"], labels),
+            ratio_text(row["pgbaton_vs_ceiling"], row["ceiling"], labels),
+        ]) + " |")
+    lines += [
+        "",
+        "Each cell is the median of the repeats; ± is half their range as a percentage of "
+        "the median (repeats: "
+        f"{plan['repeats']}; for claim time, rounds on one seeded table). A ratio is "
+        "pgbaton's median divided by the other's: above 1 is better for throughput, below "
+        "1 is better for latency, memory and claim time. The best peer and the ceiling are "
+        "chosen per row; the ceiling is the better of the two raw-SQL loops. "
+        f"† the run hit the {plan['time_cap']:.0f} s time cap before all "
+        f"{plan['jobs']:,} jobs were done; its rate is over the jobs done (drain: started) "
+        "by then. "
+        f"{DASH} not measured for that system.",
+        "",
+    ]
+    if notes:
+        lines.append("Failures:")
+        lines.append("")
+        lines += [f"{i}. {note}" for i, note in enumerate(notes, 1)]
+        lines.append("")
+    lines += ["## Systems", ""]
+    for name in names:
+        info = systems[name]
+        if "error" in info:
+            lines.append(f"- **{name}**: not measured, {info['error']}")
+            continue
+        version = f" {info['version']}" if info.get("version") else ""
+        lines.append(f"- **{info['label']}{version}**. Concurrency N: "
+                     f"{info['concurrency_meaning']} Settings: {info['settings']}")
+    lines += ["", "## Method", "", METHOD.format(**plan), ""]
+    claims = [r for r in results["runs"] if r["case"] == "claim_time" and "info" in r]
+    if claims:
+        lines += ["Claim-time tables:", ""]
+        for r in claims:
+            info = r["info"]
+            lines.append(f"- {labels[r['system']]}, {info['done_rows']:,} done rows: table "
+                         f"{info['table_mb']:,.0f} MB with indexes, seeded in "
+                         f"{info['seed_seconds']:.1f} s.")
+        lines.append("")
+    profile = results.get("profile")
+    if profile:
+        lines += ["## Where pgbaton's worker spends its time", ""]
+        if "error" in profile:
+            lines.append(f"The profile failed: {profile['error']}")
+        else:
+            top = profile["top"]
+            lines.append(
+                f"py-spy at 250 Hz, drain at concurrency {max(plan['concurrency'])}; "
+                f"{top['samples']:,} samples with pgbaton's worker code on the stack "
+                "(percentages below are of those). Files: "
+                + ", ".join(f"`{f}`" for f in profile["files"].values()) + "."
+            )
+            lines += ["", "By worker task: " + ", ".join(
+                f"{task} {pct:.0f}%" for task, pct in top["tasks"].items()) + ".", ""]
+            lines += ["| function (innermost frame) | self % | total % |", "|---|--:|--:|"]
+            for entry in top["functions"]:
+                lines.append(f"| `{entry['function']}` | {entry['self_pct']:.1f} | "
+                             f"{entry['total_pct']:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+METHOD = """\
+Every run is a separate process on a database created for it (and dropped after it) on
+the same server. Each system is driven through its own client and its own worker,
+started in that process on a plain asyncio loop; the job handler is a no-op `async def`
+that records `time.perf_counter()` on its first line. Unfinished jobs are counted by the
+harness in SQL on its own connection (awa: by its exact queue counters).
+
+- **Enqueue, one job per call**: {jobs} enqueue calls in a row, each its own
+  transaction, with no worker running (capped at {time_cap:.0f} s).
+- **Enqueue in bulk**: the same jobs through the system's bulk call, {bulk_batch} per call.
+- **Drain**: {jobs} jobs enqueued in bulk and ANALYZEd before the worker starts; the time
+  runs from the first handler start to the moment the database shows no job pending or
+  running, so the worker's start-up is not counted but its last completion writes are.
+  Every run also checks that no job ran twice.
+- **Latency**: one worker at concurrency {latency_concurrency}, warmed up with
+  {latency_warmup} jobs, then {latency_jobs} single jobs, each enqueued {latency_gap[0]}-\
+{latency_gap[1]} s (random) after the previous one is finished in the database, so each
+  one arrives at an idle worker. Latency = handler start minus the moment just before the
+  enqueue call (one clock, one process): it includes the enqueue's round trip and commit,
+  the wake-up (LISTEN/NOTIFY or polling), the claim and the dispatch. p50 and p99 are
+  nearest-rank over the run's jobs.
+- **Memory**: resident set size of the worker's process: idle = after the latency warm-up
+  and one quiet second; under load = the peak, sampled every 50 ms, during the drain at
+  the highest concurrency. The process also holds the harness's small client code.
+- **Claim time** (pgbaton and raw SQL): the table is seeded with N finished jobs by
+  generate_series and VACUUM ANALYZEd; each round adds {claim_pending} pending jobs,
+  ANALYZEs, makes 10 untimed claims, then times {claims} sequential LIMIT 1 claims, each
+  one round trip (pgbaton through AsyncQueue.claim, raw SQL through the seed's statement).
+- **Raw SQL**: the seed's table, partial index, claim CTE and token-fenced completion, run
+  by psycopg 3 loops with no library around them: the ceiling for this machine.\
+"""
+
+
+# -- profiles ----------------------------------------------------------------------------
+
+
+WORKER_TASKS = {
+    "Worker._produce": "claiming (producer loop)",
+    "Worker._execute": "running handlers",
+    "Completer.run": "writing outcomes (completer)",
+    "Worker._heartbeat_forever": "heartbeats",
+    "Leader.run": "maintenance leader",
+    "listen": "LISTEN connection",
+}
+
+
+def folded_top(path: Path, count: int = 20) -> dict[str, Any]:
+    """From a py-spy --format raw (folded) file: the samples in which pgbaton's worker
+    code is on the stack (the harness's enqueue, imports and sampler thread are left
+    out), split by worker task, and the functions with the most of them."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    tasks: Counter[str] = Counter()
+    samples = 0
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
+        if not any("pgbaton/worker/" in f or "pgbaton/maintenance/" in f for f in frames):
+            continue
+        weight = int(n)
+        samples += weight
+        task = "other"
+        for frame in frames:
+            name = frame.split(" (", 1)[0]
+            task = WORKER_TASKS.get(name, task)
+        tasks[task] += weight
+        own[frames[-1]] += weight
+        for frame in set(frames):
+            total[frame] += weight
+    if not samples:
+        return {"samples": 0, "tasks": {}, "functions": []}
+    return {
+        "samples": samples,
+        "tasks": {task: n * 100 / samples for task, n in tasks.most_common()},
+        "functions": [
+            {"function": function, "self_pct": own[function] * 100 / samples,
+             "total_pct": total[function] * 100 / samples}
+            for function, _ in own.most_common(count)
+        ],
+    }
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results" / (
+        "latest.json")
+    results = json.loads(path.read_text())
+    results["summary"] = summarize_results(results)
+    markdown = render(results)
+    path.with_suffix(".md").write_text(markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create (or bring up to date) the benchmark virtualenv: pgbaton from this checkout plus
+# the pinned peers of requirements-peers.txt. It is separate from .venv so the peers'
+# dependencies (pydantic, asyncpg, uvloop, ...) never leak into the test environment.
+# Each peer is installed on its own: one that cannot be installed here is logged in
+# $VENV/install-failures.txt and the harness reports it instead of failing the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+VENV="${BENCH_VENV:-.venv-bench}"
+REQUIREMENTS=benchmarks/requirements-peers.txt
+stamp="$VENV/.installed"
+if [[ -f "$stamp" && "$stamp" -nt "$REQUIREMENTS" && "$stamp" -nt pyproject.toml ]]; then
+    exit 0
+fi
+[[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+"${pip[@]}" --upgrade pip
+"${pip[@]}" -e .
+failures="$VENV/install-failures.txt"
+: > "$failures"
+grep -v '^\s*#' "$REQUIREMENTS" | grep -v '^\s*$' | while read -r requirement; do
+    if ! output=$("${pip[@]}" "$requirement" 2>&1); then
+        echo "could not install $requirement" >&2
+        printf '%s\t%s\n' "$requirement" "$(echo "$output" | grep -i error | tail -1)" >> "$failures"
+    fi
+done
+touch "$stamp"

@@ -1,0 +1,26 @@
+"""The systems under test, by name. Each is imported only in the process that runs it, so
+that a peer that is not installed costs nothing but its own cases."""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import System
+
+# name -> (module, class). Order is the order of the report's columns.
+SYSTEMS: dict[str, tuple[str, str]] = {
+    "pgbaton": ("pgbaton_system", "PgbatonSystem"),
+    "procrastinate": ("procrastinate_system", "ProcrastinateSystem"),
+    "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),
+    "chancy": ("chancy_system", "ChancySystem"),
+    "awa": ("awa_system", "AwaSystem"),
+    "raw1": ("raw_system", "RawSQL1"),
+    "raw100": ("raw_system", "RawSQL100"),
+}
+
+
+def load(name: str) -> type[System]:
+    module_name, class_name = SYSTEMS[name]
+    module = importlib.import_module(f"{__name__}.{module_name}")
+    system: type[System] = getattr(module, class_name)
+    return system

@@ -1,0 +1,122 @@
+"""What the harness asks of each system under test.
+
+A system is driven in one process: its own client enqueues, its own worker (started
+in-process, the way each project documents running it from asyncio) runs a no-op async
+handler that reports to benchmarks.common.PROBE, and a plain psycopg connection of the
+harness's own counts the jobs that are not finished yet, in SQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import psycopg
+
+ALL_CASES = frozenset({"enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time"})
+
+
+class System:
+    name: ClassVar[str]
+    label: ClassVar[str]
+    #: The PyPI distribution whose version the report shows (None: none, e.g. raw SQL).
+    distribution: ClassVar[str | None] = None
+    #: "subject" (pgbaton), "peer" or "ceiling" (raw SQL).
+    role: ClassVar[str] = "peer"
+    #: What WorkerConfig-style "concurrency N" means for this system, in one sentence.
+    concurrency_meaning: ClassVar[str]
+    #: The settings used, and why they are the system's recommended ones.
+    settings: ClassVar[str]
+    cases: ClassVar[frozenset[str]] = ALL_CASES - {"claim_time"}
+    #: SQL that counts the jobs not finished yet (pending or running).
+    unfinished_sql: ClassVar[str] = ""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.db: psycopg.AsyncConnection[Any] | None = None
+        self.worker_task: asyncio.Task[Any] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def open(self, install: bool = False) -> None:
+        self.db = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        if install:
+            await self.install()
+        await self.connect()
+
+    async def install(self) -> None:
+        """Install the system's schema (the harness does it once, in a template database
+        that each run's fresh database is then copied from)."""
+        raise NotImplementedError
+
+    async def connect(self) -> None:
+        """Open the system's client on a database where its schema is installed."""
+
+    async def close(self) -> None:
+        if self.db is not None:
+            await self.db.close()
+
+    # -- producing -------------------------------------------------------------------
+
+    async def enqueue_one(self, seq: int) -> None:
+        raise NotImplementedError
+
+    async def enqueue_batch(self, seqs: Sequence[int]) -> None:
+        """The system's documented bulk path, one call for the whole batch."""
+        raise NotImplementedError
+
+    # -- consuming -------------------------------------------------------------------
+
+    async def start_worker(self, concurrency: int) -> None:
+        """Start the system's own worker in this process and return."""
+        raise NotImplementedError
+
+    async def stop_worker(self) -> None:
+        raise NotImplementedError
+
+    def check_worker(self) -> None:
+        """Raise if the worker has died, so that a case fails fast instead of timing out."""
+        task = self.worker_task
+        if task is not None and task.done():
+            error = None if task.cancelled() else task.exception()
+            raise RuntimeError(f"{self.name} worker stopped unexpectedly: {error!r}")
+
+    async def unfinished(self) -> int:
+        assert self.db is not None
+        cursor = await self.db.execute(self.unfinished_sql)  # type: ignore[arg-type]
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def stored(self) -> int:
+        """How many jobs the database holds that are not finished: what an enqueue case
+        checks against the number it enqueued."""
+        return await self.unfinished()
+
+    async def analyze(self) -> None:
+        """Fresh statistics after a bulk load, as autovacuum would soon give them."""
+        assert self.db is not None
+        await self.db.execute("ANALYZE")
+
+    # -- the claim-time case (pgbaton and raw SQL) -----------------------------------
+
+    async def seed_done(self, rows: int) -> None:
+        """Insert `rows` finished jobs with generate_series."""
+        raise NotImplementedError
+
+    async def claim_one(self) -> int:
+        """One claim of LIMIT 1 through the system's own claim path; returns rows claimed."""
+        raise NotImplementedError
+
+    async def table_bytes(self) -> int:
+        raise NotImplementedError
+
+
+async def cancel_quietly(task: asyncio.Task[Any] | None) -> None:
+    if task is None or task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task

@@ -1,0 +1,108 @@
+"""pgbaton, driven through its public App/Task API and its real Worker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import ClassVar
+
+import pgbaton
+from pgbaton.worker import Worker, WorkerConfig
+
+from ..common import PROBE
+from .base import ALL_CASES, System
+
+SCHEMA = "pgbaton"
+SEED_CHUNK = 1_000_000
+
+app = pgbaton.App(schema=SCHEMA)
+
+
+@app.task(name="noop")
+async def noop(seq: int) -> None:
+    PROBE.hit(seq)
+
+
+class PgbatonSystem(System):
+    name = "pgbaton"
+    label = "pgbaton"
+    distribution = "pgbaton"
+    role = "subject"
+    concurrency_meaning = (
+        "WorkerConfig(concurrency=N): one worker process, one asyncio loop, at most N "
+        "handlers in flight; each claim asks for as many jobs as there are free slots."
+    )
+    settings = (
+        "WorkerConfig defaults (lease 30 s, poll_interval 2 s, maintenance on, processes=1) "
+        "apart from concurrency; enqueue through Task.enqueue_async, bulk through "
+        "AsyncQueue.enqueue_many."
+    )
+    cases: ClassVar[frozenset[str]] = ALL_CASES
+    unfinished_sql = (
+        f"SELECT count(*) FROM {SCHEMA}.jobs WHERE status IN ('pending', 'running')"
+    )
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.worker: Worker | None = None
+        self.queue: pgbaton.AsyncQueue | None = None
+
+    async def install(self) -> None:
+        await pgbaton.AsyncQueue(self.dsn, schema=SCHEMA).migrate()
+
+    async def connect(self) -> None:
+        app.configure(dsn=self.dsn, schema=SCHEMA)
+        await app.async_queue.open()
+
+    async def close(self) -> None:
+        await app.async_queue.close()
+        if self.queue is not None:
+            await self.queue.close()
+        await super().close()
+
+    async def enqueue_one(self, seq: int) -> None:
+        await noop.enqueue_async({"seq": seq})
+
+    async def enqueue_batch(self, seqs: Sequence[int]) -> None:
+        await app.async_queue.enqueue_many([{"task": "noop", "args": {"seq": s}} for s in seqs])
+
+    async def start_worker(self, concurrency: int) -> None:
+        self.worker = Worker(app, WorkerConfig(concurrency=concurrency, dsn=self.dsn))
+        self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
+
+    async def stop_worker(self) -> None:
+        assert self.worker is not None and self.worker_task is not None
+        self.worker.request_stop()
+        await self.worker_task
+
+    async def seed_done(self, rows: int) -> None:
+        assert self.db is not None
+        for start in range(1, rows + 1, SEED_CHUNK):
+            end = min(start + SEED_CHUNK - 1, rows)
+            await self.db.execute(
+                f"""
+                INSERT INTO {SCHEMA}.jobs (queue, task, args, status, attempts, run_at,
+                                           worker_id, created_at, started_at, finished_at)
+                SELECT 'default', 'noop', jsonb_build_object('seq', g), 'done', 1, t,
+                       'seed', t, t, t
+                FROM generate_series(%(start)s::bigint, %(end)s::bigint) AS g,
+                     LATERAL (SELECT now() - make_interval(secs => (%(rows)s - g) / 1000.0)
+                              AS t) AS times
+                """,  # type: ignore[arg-type]
+                {"start": start, "end": end, "rows": rows},
+            )
+
+    async def claim_one(self) -> int:
+        if self.queue is None:
+            self.queue = pgbaton.AsyncQueue(self.dsn, schema=SCHEMA)
+            await self.queue.open()
+        return len(await self.queue.claim("bench", limit=1))
+
+    async def table_bytes(self) -> int:
+        assert self.db is not None
+        cursor = await self.db.execute(
+            f"SELECT pg_total_relation_size('{SCHEMA}.jobs')"  # type: ignore[arg-type]
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
