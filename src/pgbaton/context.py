@@ -12,6 +12,8 @@ from typing import Any
 
 from ._base import Claim
 
+_EVENT_LOCK = threading.Lock()
+
 
 @dataclass(eq=False)
 class JobContext:
@@ -26,8 +28,10 @@ class JobContext:
     worker_id: str
     _extend: Callable[[JobContext], Coroutine[Any, Any, bool]] = field(repr=False)
     _loop: asyncio.AbstractEventLoop = field(repr=False)
-    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     stop_reason: str | None = None
+    _stopped: bool = field(default=False, repr=False)
+    # Made only when a sync handler waits on it: most jobs never need one.
+    _stop_event: threading.Event | None = field(default=None, repr=False)
 
     @property
     def job_id(self) -> int:
@@ -53,16 +57,25 @@ class JobContext:
     def should_stop(self) -> bool:
         """True once the claim was lost or cancelled, or the job timed out: a sync
         handler should check it between steps and return; its result is not written."""
-        return self._stop.is_set()
+        return self._stopped
 
     def wait_for_stop(self, timeout: float | None = None) -> bool:
         """Block (in a sync handler's thread) until told to stop, or until timeout."""
-        return self._stop.wait(timeout)
+        with _EVENT_LOCK:
+            if self._stop_event is None:
+                self._stop_event = threading.Event()
+                if self._stopped:
+                    self._stop_event.set()
+        return self._stop_event.wait(timeout)
 
     def _signal_stop(self, reason: str) -> None:
-        if not self._stop.is_set():
-            self.stop_reason = reason
-            self._stop.set()
+        if self._stopped:
+            return
+        self.stop_reason = reason
+        self._stopped = True
+        with _EVENT_LOCK:
+            if self._stop_event is not None:
+                self._stop_event.set()
 
     async def heartbeat(self) -> bool:
         """Extend this job's lease now (the worker also does it on its own schedule).

@@ -116,7 +116,14 @@ class Queue:
                     connection_class=psycopg.Connection[DictRow],
                     min_size=1,
                     max_size=self._pool_size,
-                    kwargs={"autocommit": True, "row_factory": dict_row},
+                    kwargs={
+                        "autocommit": True,
+                        "row_factory": dict_row,
+                        # Every statement here has one good plan whatever its values
+                        # (tests/integration/test_claim_index.py checks the claim's), so
+                        # plan each once per connection instead of at every call.
+                        "options": "-c plan_cache_mode=force_generic_plan",
+                    },
                     open=False,
                 )
                 pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)

@@ -78,8 +78,9 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _candidate_scan(plan: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The node that reads jobs for the candidate CTE, and every node of that CTE."""
-    [cte] = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidate"]
+    """The node that reads jobs for the candidates (the InitPlan that computes the ARRAY
+    of ids to claim), and every node of that subplan."""
+    [cte] = [n for n in _nodes(plan) if n.get("Subplan Name", "").startswith("InitPlan")]
     cte_nodes = list(_nodes(cte))
     node = cte
     # Limit -> LockRows -> the scan: each has one input below it until the scan.

@@ -71,4 +71,4 @@ class Leader:
                     due[service.name] = loop.time() + service.interval
             # Proves the session that holds the lock is still alive; raises if it is not.
             await conn.execute("SELECT 1")
-            await asyncio.sleep(self.tick)
+            await asyncio.sleep(max(self.tick, min(due.values()) - loop.time()))

@@ -74,26 +74,11 @@ SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(ke
 -- The seed's claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs and none older is pending.
-WITH candidate AS (
-    SELECT j.id
-    FROM __schema__.jobs AS j
-    WHERE j.status = 'pending'
-      AND j.run_at <= now()
-      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      -- Two probes, one per index, so each costs one index lookup whatever the number
-      -- of running jobs: the key's running job, then an older pending job of the key.
-      AND (j.key IS NULL OR (
-            NOT EXISTS (
-                SELECT 1 FROM __schema__.jobs AS running
-                WHERE running.key = j.key AND running.status = 'running')
-            AND NOT EXISTS (
-                SELECT 1 FROM __schema__.jobs AS older
-                WHERE older.key = j.key AND older.status = 'pending'
-                  AND older.id < j.id)))
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+-- The candidates go through id = ANY(ARRAY(...)) rather than a joined CTE: the plan
+-- is the same for every call (an index scan on jobs_claimable, then the primary key),
+-- so the worker's connections keep one generic plan instead of planning each claim.
+-- The outer SELECT hands the batch back in claim order.
+WITH claimed AS (
 UPDATE __schema__.jobs AS j
 SET status      = 'running',
     claim_token = gen_random_uuid(),
@@ -101,10 +86,30 @@ SET status      = 'running',
     attempts    = j.attempts + 1,
     worker_id   = %(worker_id)s,
     started_at  = now()
-FROM candidate AS c
-WHERE j.id = c.id
+WHERE j.id = ANY(ARRAY(
+    SELECT candidate.id
+    FROM __schema__.jobs AS candidate
+    WHERE candidate.status = 'pending'
+      AND candidate.run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR candidate.queue = ANY(%(queues)s::text[]))
+      -- Two probes, one per index, so each costs one index lookup whatever the number
+      -- of running jobs: the key's running job, then an older pending job of the key.
+      AND (candidate.key IS NULL OR (
+            NOT EXISTS (
+                SELECT 1 FROM __schema__.jobs AS running
+                WHERE running.key = candidate.key AND running.status = 'running')
+            AND NOT EXISTS (
+                SELECT 1 FROM __schema__.jobs AS older
+                WHERE older.key = candidate.key AND older.status = 'pending'
+                  AND older.id < candidate.id)))
+    ORDER BY candidate.priority DESC, candidate.run_at, candidate.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
 RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
-          j.queue, j.priority, j.lease_until, j.idempotency_key, j.created_at;
+          j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
 -- name: job_heartbeat_many
 -- The *_many statements return the input positions they changed: two claims of one

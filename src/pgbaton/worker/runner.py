@@ -150,9 +150,12 @@ class Worker:
                 [
                     Reaper(self.queue, self.config.reap_interval),
                     Pruner(self.queue, self.config.prune_interval, self.config.retention),
-                    Periodics(
-                        self.queue, self.app.periodics, self.config.periodic_interval,
-                        catch_up=2 * self.config.elect_interval + 5,
+                    *(
+                        [Periodics(
+                            self.queue, self.app.periodics, self.config.periodic_interval,
+                            catch_up=2 * self.config.elect_interval + 5,
+                        )]
+                        if self.app.periodics else []
                     ),
                 ],
                 elect_interval=self.config.elect_interval,
