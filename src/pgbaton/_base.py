@@ -85,7 +85,7 @@ def to_json(value: Any, what: str) -> str:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as error:
         raise NotSerializable(f"{what} cannot be stored as JSON: {error}") from None
-    if _JSON_NUL.search(text):
+    if "\\u0000" in text and _JSON_NUL.search(text):  # the cheap test first
         raise NotSerializable(f"{what} cannot be stored: PostgreSQL cannot hold a NUL character")
     try:
         text.encode("utf-8")
@@ -170,8 +170,10 @@ def job_params(
     key: str | None = None,
     idempotency_key: str | None = None,
     max_attempts: int = 5,
+    encode_args: bool = True,
 ) -> dict[str, Any]:
-    """Check one job's fields and encode them as statement parameters."""
+    """Check one job's fields and encode them as statement parameters (args as JSON text,
+    unless encode_args is false: enqueue_many encodes all jobs in one document)."""
     if not isinstance(task, str) or not task:
         raise InvalidArgument(f"task must be a non-empty string, got {task!r}")
     if args is None:
@@ -205,7 +207,7 @@ def job_params(
     return {
         "queue": queue,
         "task": task,
-        "args": to_json(dict(args), f"args for task {task!r}"),
+        "args": to_json(dict(args), f"args for task {task!r}") if encode_args else dict(args),
         "priority": priority,
         "run_at": run_at,
         "delay": float(delay or 0.0),
@@ -215,15 +217,9 @@ def job_params(
     }
 
 
-def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """Check every job before any is written; encode them as one array per column."""
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "queue", "task", "args", "priority", "run_at", "delay", "key",
-            "idempotency_key", "max_attempts",
-        )
-    }
+def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Check every job before any is written; encode them all as one JSON array."""
+    rows: list[dict[str, Any]] = []
     for position, job in enumerate(jobs):
         if not isinstance(job, Mapping) or "task" not in job:
             raise InvalidArgument(f"job {position} must be a mapping with a 'task'")
@@ -234,12 +230,23 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, list[Any]]:
                 f"{', '.join(sorted(ENQUEUE_OPTIONS))}"
             )
         try:
-            params = job_params(**job)
+            row = job_params(**job, encode_args=False)
         except InvalidArgument as error:
             raise type(error)(f"job {position}: {error}") from None
-        for name, value in params.items():
-            columns[name].append(value)
-    return columns
+        if row["run_at"] is not None:
+            row["run_at"] = row["run_at"].isoformat()
+        rows.append(row)
+    try:
+        document = to_json(rows, "the jobs")
+    except NotSerializable:
+        # Name the job at fault: encode each one's args alone until one fails.
+        for position, row in enumerate(rows):
+            try:
+                to_json(row["args"], f"args for task {row['task']!r}")
+            except NotSerializable as error:
+                raise NotSerializable(f"job {position}: {error}") from None
+        raise
+    return {"jobs": document, "count": len(rows)}
 
 
 def error_json(error: BaseException | str) -> str:

@@ -223,10 +223,10 @@ class Queue:
         conn: psycopg.Connection[Any] | None = None,
     ) -> list[int]:
         """Add many jobs in one statement; ids come back in input order."""
-        columns = many_job_params(jobs)
-        if not columns["task"]:
+        params = many_job_params(jobs)
+        if not params["count"]:
             return []
-        rows = self._fetch("job_insert_many", columns, conn)
+        rows = self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
         missing = [row["idempotency_key"] for row in rows if row["id"] is None]
         existing = self._ids_by_idempotency_key(missing, conn) if missing else {}
         return [
