@@ -79,6 +79,9 @@ SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(ke
 -- is the same for every call (an index scan on jobs_claimable, then the primary key),
 -- so the worker's connections keep one generic plan instead of planning each claim.
 -- The outer SELECT hands the batch back in claim order.
+-- The claim's commit does not wait for the disk (synchronous_commit off for this one
+-- transaction): a claim lost in a server crash leaves the job as it was, which is what
+-- an expired lease does anyway, and the holder's fenced completion then returns False.
 WITH claimed AS (
 UPDATE __schema__.jobs AS j
 SET status      = 'running',
@@ -87,6 +90,7 @@ SET status      = 'running',
     attempts    = j.attempts + 1,
     worker_id   = %(worker_id)s,
     started_at  = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
 WHERE j.id = ANY(ARRAY(
     SELECT candidate.id
     FROM __schema__.jobs AS candidate
@@ -98,7 +102,8 @@ WHERE j.id = ANY(ARRAY(
       AND (candidate.key IS NULL OR (
             NOT EXISTS (
                 SELECT 1 FROM __schema__.jobs AS running
-                WHERE running.key = candidate.key AND running.status = 'running')
+                WHERE running.key = candidate.key AND running.status = 'running'
+                  AND running.key IS NOT NULL)  -- the predicate of jobs_one_running_per_key
             AND NOT EXISTS (
                 SELECT 1 FROM __schema__.jobs AS older
                 WHERE older.key = candidate.key AND older.status = 'pending'
@@ -115,9 +120,12 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 -- name: job_heartbeat_many
 -- The *_many statements return the input positions they changed: two claims of one
 -- job (a stale and a live one) may share an id, never a token.
+-- Like the claim, a heartbeat need not wait for the disk: one lost in a crash only
+-- leaves the lease a little shorter.
 UPDATE __schema__.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
 

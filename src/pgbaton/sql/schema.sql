@@ -44,9 +44,12 @@ CREATE TABLE __schema__.jobs (
 CREATE INDEX jobs_claimable ON __schema__.jobs (priority DESC, run_at, id)
     WHERE status = 'pending';
 
--- The reaper's scan: only running rows, by lease.
+-- The reaper's scan: only running rows (they alone have a lease), by lease. The
+-- predicate names lease_until rather than status on purpose: statements that fence on
+-- `status = 'running'` (complete, fail, heartbeat) must find their rows by primary key,
+-- never by walking every running job, whatever the statistics say.
 CREATE INDEX jobs_running_lease ON __schema__.jobs (lease_until)
-    WHERE status = 'running';
+    WHERE lease_until IS NOT NULL;
 
 -- Per-key serialisation: the claim looks up the key's unfinished jobs here ...
 CREATE INDEX jobs_key_unfinished ON __schema__.jobs (key, id)

@@ -179,7 +179,13 @@ class Worker:
     async def _produce(self) -> None:
         backoff = RECONNECT_START_SECONDS
         while not self._stopping.is_set():
-            free = self.config.concurrency - self._executing
+            # Back-pressure: finished jobs whose outcomes are not yet written still hold
+            # their claims. Up to `concurrency` of them may wait for the completer; past
+            # that, claiming more would only grow a backlog of running rows.
+            free = min(
+                self.config.concurrency - self._executing,
+                2 * self.config.concurrency - len(self._held),
+            )
             if free <= 0:
                 self._slot_free.clear()
                 await self._slot_free.wait()
@@ -285,6 +291,7 @@ class Worker:
         # A finished job can make others claimable (the next job of its key), and a
         # short claim may have left work behind: claim again rather than wait for a poll.
         self._wakeup.set()
+        self._slot_free.set()
         if accepted:
             self.stats["completed" if outcome.ok else "failed"] += 1
             return
