@@ -24,3 +24,19 @@ def test_worker_runs_jobs_and_stops_cleanly(start_worker, db, app_schema):
     assert (row["status"], row["attempts"]) == ("failed", 2)
     assert [e["message"] for e in row["errors"]] == ["always fails (7)"] * 2
     assert worker.final_stats()["completed"] == 6
+
+
+def test_processes_option_runs_several_worker_processes(start_worker, db, app_schema):
+    """--processes 2 supervises two worker processes that share the work and both stop
+    cleanly on one SIGTERM to the supervisor."""
+    ids = [tasks.work.enqueue({"seconds": 0.3}) for _ in range(12)]
+    supervisor = start_worker("--processes", "2", "--concurrency", "2", "--no-maintenance")
+    wait_until(
+        lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'done'") == len(ids),
+        what="all jobs done",
+    )
+    pids = {row["worker_pid"] for row in db.execute("SELECT DISTINCT worker_pid FROM effects")}
+    assert len(pids) == 2 and supervisor.pid not in pids
+    assert supervisor.stop() == 0
+    assert supervisor.log().count("stopped:") == 2
+    assert scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'") == 0
