@@ -111,18 +111,18 @@ class PlanVerdict:
 
 
 def judge_plan(plan: dict[str, Any]) -> PlanVerdict:
-    """The candidate subplan (the InitPlan that picks the ids to claim) must read jobs
+    """The candidate CTE (which picks the ids to claim) must read jobs
     through jobs_claimable, and no node may read the whole of jobs: on a big table either
     mistake makes every claim walk the done rows."""
     problems = []
-    ctes = [n for n in _nodes(plan) if n.get("Subplan Name", "").startswith("InitPlan")]
+    ctes = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidate"]
     cte_nodes = list(_nodes(ctes[0])) if ctes else []
     uses_index = any(n.get("Index Name") == CLAIM_INDEX for n in cte_nodes)
     sorts = any(n["Node Type"] in ("Sort", "Incremental Sort") for n in cte_nodes)
     if not ctes:
-        problems.append("no candidate subplan (is this the claim statement?)")
+        problems.append("no CTE candidate (is this the claim statement?)")
     elif not uses_index:
-        problems.append(f"no scan of {CLAIM_INDEX} in the candidate subplan")
+        problems.append(f"no scan of {CLAIM_INDEX} in the candidate CTE")
     for node in _nodes(plan):
         if node.get("Relation Name") == "jobs" and node["Node Type"] == "Seq Scan":
             problems.append(f"a Seq Scan on jobs (as {node.get('Alias', 'jobs')})")

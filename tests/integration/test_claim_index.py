@@ -78,11 +78,12 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _candidate_scan(plan: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The node that reads jobs for the candidates (the InitPlan that computes the ARRAY
-    of ids to claim), and every node of that subplan."""
-    [cte] = [n for n in _nodes(plan) if n.get("Subplan Name", "").startswith("InitPlan")]
-    cte_nodes = list(_nodes(cte))
-    node = cte
+    """The node that reads jobs for the candidates, and every node from the candidates'
+    LIMIT down (the CTE gathers the picked ids into one array above it)."""
+    [cte] = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidate"]
+    limit = next(n for n in _nodes(cte) if n["Node Type"] == "Limit")
+    cte_nodes = list(_nodes(limit))
+    node = limit
     # Limit -> LockRows -> the scan: each has one input below it until the scan.
     while "Relation Name" not in node:
         inputs = [c for c in node.get("Plans", []) if c.get("Parent Relationship") == "Outer"]

@@ -75,45 +75,49 @@ SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(ke
 -- The seed's claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs and none older is pending.
--- The candidates go through id = ANY(ARRAY(...)) rather than a joined CTE: the plan
--- is the same for every call (an index scan on jobs_claimable, then the primary key),
--- so the worker's connections keep one generic plan instead of planning each claim.
--- The outer SELECT hands the batch back in claim order.
+-- The candidates travel as one array, joined with id = ANY(...): the plan is then the
+-- same whatever the LIMIT (the head of jobs_claimable, then the primary key), so the
+-- worker's connections keep one generic plan instead of planning every claim.
 -- The claim's commit does not wait for the disk (synchronous_commit off for this one
 -- transaction): a claim lost in a server crash leaves the job as it was, which is what
 -- an expired lease does anyway, and the holder's fenced completion then returns False.
-WITH claimed AS (
-UPDATE __schema__.jobs AS j
-SET status      = 'running',
-    claim_token = gen_random_uuid(),
-    lease_until = now() + make_interval(secs => %(lease)s::float8),
-    attempts    = j.attempts + 1,
-    worker_id   = %(worker_id)s,
-    started_at  = now()
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
-WHERE j.id = ANY(ARRAY(
-    SELECT candidate.id
-    FROM __schema__.jobs AS candidate
-    WHERE candidate.status = 'pending'
-      AND candidate.run_at <= now()
-      AND (%(queues)s::text[] IS NULL OR candidate.queue = ANY(%(queues)s::text[]))
-      -- Two probes, one per index, so each costs one index lookup whatever the number
-      -- of running jobs: the key's running job, then an older pending job of the key.
-      AND (candidate.key IS NULL OR (
-            NOT EXISTS (
-                SELECT 1 FROM __schema__.jobs AS running
-                WHERE running.key = candidate.key AND running.status = 'running'
-                  AND running.key IS NOT NULL)  -- the predicate of jobs_one_running_per_key
-            AND NOT EXISTS (
-                SELECT 1 FROM __schema__.jobs AS older
-                WHERE older.key = candidate.key AND older.status = 'pending'
-                  AND older.id < candidate.id)))
-    ORDER BY candidate.priority DESC, candidate.run_at, candidate.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
-RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
-          j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
+-- The outer SELECT hands the batch back in claim order.
+WITH candidate AS (
+    SELECT array_agg(picked.id) AS ids
+    FROM (
+        SELECT c.id
+        FROM __schema__.jobs AS c
+        WHERE c.status = 'pending'
+          AND c.run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
+          -- Two probes, one per index, so each costs one index lookup whatever the
+          -- number of running jobs: the key's running job, then an older pending job.
+          AND (c.key IS NULL OR (
+                NOT EXISTS (
+                    SELECT 1 FROM __schema__.jobs AS running
+                    WHERE running.key = c.key AND running.status = 'running'
+                      AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
+                AND NOT EXISTS (
+                    SELECT 1 FROM __schema__.jobs AS older
+                    WHERE older.key = c.key AND older.status = 'pending'
+                      AND older.id < c.id)))
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS picked
+),
+claimed AS (
+    UPDATE __schema__.jobs AS j
+    SET status      = 'running',
+        claim_token = gen_random_uuid(),
+        lease_until = now() + make_interval(secs => %(lease)s::float8),
+        attempts    = j.attempts + 1,
+        worker_id   = %(worker_id)s,
+        started_at  = now()
+    FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+    WHERE j.id = ANY(candidate.ids)
+    RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
