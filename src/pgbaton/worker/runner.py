@@ -20,7 +20,7 @@ import socket
 import uuid
 from collections import Counter
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._base import Claim
@@ -92,7 +92,6 @@ class Running:
     thread: concurrent.futures.Future[Any] | None = None  # a sync handler's run
     lost: bool = False
     released: bool = False
-    events: list[str] = field(default_factory=list)
 
 
 class Worker:
