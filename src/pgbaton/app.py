@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, overload
 import psycopg
 
 from . import _sql
-from ._base import Backoff, check_lease, resolve_dsn
+from ._base import Backoff, check_int4, check_lease, resolve_dsn
 from .errors import ConfigurationError, InvalidArgument
 from .queue import Queue
 from .queue_async import AsyncQueue
@@ -191,8 +191,7 @@ class App:
             task_name = name or func.__name__
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
-            if not isinstance(max_attempts, int) or max_attempts < 1:
-                raise InvalidArgument(f"max_attempts must be >= 1, got {max_attempts!r}")
+            check_int4("max_attempts", max_attempts, minimum=1)
             task = Task(
                 self, func, name=task_name, queue=queue, max_attempts=max_attempts,
                 retry=retry, key=key, timeout=timeout, lease=lease, pass_context=pass_context,
