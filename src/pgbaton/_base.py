@@ -27,9 +27,18 @@ NOTIFY_SUFFIX = "_jobs"
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 3600.0
 
-ENQUEUE_OPTIONS = frozenset(
-    {"queue", "priority", "run_at", "delay", "key", "idempotency_key", "max_attempts"}
-)
+# What a job gets for each enqueue option it leaves out. job_insert_many restores these
+# with coalesce, so enqueue_many sends only the fields that differ from them.
+JOB_DEFAULTS: Mapping[str, Any] = {
+    "queue": "default",
+    "priority": 0,
+    "run_at": None,
+    "delay": 0.0,
+    "key": None,
+    "idempotency_key": None,
+    "max_attempts": 5,
+}
+ENQUEUE_OPTIONS = frozenset(JOB_DEFAULTS)
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -218,12 +227,26 @@ def job_params(
 
 
 def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Check every job before any is written; encode them all as one JSON array."""
+    """Check every job before any is written; encode them all as one JSON array in
+    which each job carries only what differs from JOB_DEFAULTS."""
     rows: list[dict[str, Any]] = []
+    known_tasks: set[str] = set()
     for position, job in enumerate(jobs):
+        if (
+            type(job) is dict
+            and len(job) == 2
+            and type(task := job.get("task")) is str
+            and task in known_tasks
+            and type(args := job.get("args")) is dict
+            and all(type(name) is str for name in args)
+        ):
+            # The common case, {"task": ..., "args": {...}} for a task already checked:
+            # the full check below would only find the same again.
+            rows.append(job)
+            continue
         if not isinstance(job, Mapping) or "task" not in job:
             raise InvalidArgument(f"job {position} must be a mapping with a 'task'")
-        unknown = set(job) - ENQUEUE_OPTIONS - {"task", "args"}
+        unknown = job.keys() - ENQUEUE_OPTIONS - {"task", "args"}
         if unknown:
             raise InvalidArgument(
                 f"job {position} has unknown fields {sorted(unknown)}; allowed: task, args, "
@@ -233,9 +256,13 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             row = job_params(**job, encode_args=False)
         except InvalidArgument as error:
             raise type(error)(f"job {position}: {error}") from None
+        known_tasks.add(row["task"])
         if row["run_at"] is not None:
             row["run_at"] = row["run_at"].isoformat()
-        rows.append(row)
+        rows.append({
+            name: value for name, value in row.items()
+            if name not in JOB_DEFAULTS or value != JOB_DEFAULTS[name]
+        })
     try:
         document = to_json(rows, "the jobs")
     except NotSerializable:

@@ -205,7 +205,9 @@ class AsyncQueue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
-        rows = await self._fetch("job_insert", params, conn)
+        if idempotency_key is None:
+            return int((await self._fetch("job_insert", params, conn))[0]["id"])
+        rows = await self._fetch("job_insert_idempotent", params, conn)
         if not rows:
             # The key was inserted by a transaction that committed after this
             # statement's snapshot: a fresh statement sees it.
@@ -224,12 +226,16 @@ class AsyncQueue:
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        rows = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
-        missing = [row["idempotency_key"] for row in rows if row["id"] is None]
-        existing = await self._ids_by_idempotency_key(missing, conn) if missing else {}
+        (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
+        ids: list[int | None] = row["ids"]
+        if None not in ids:
+            return cast(list[int], ids)
+        keys: list[str] = row["idempotency_keys"]
+        missing = [key for job_id, key in zip(ids, keys, strict=True) if job_id is None]
+        existing = await self._ids_by_idempotency_key(missing, conn)
         return [
-            int(row["id"]) if row["id"] is not None else existing[row["idempotency_key"]]
-            for row in rows
+            job_id if job_id is not None else existing[key]
+            for job_id, key in zip(ids, keys, strict=True)
         ]
 
     async def _ids_by_idempotency_key(

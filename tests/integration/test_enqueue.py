@@ -103,6 +103,29 @@ def test_idempotency_key_returns_the_existing_job(queue, db):
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 2
 
 
+def test_enqueue_many_gives_left_out_fields_what_enqueue_gives(queue, db):
+    """enqueue_many sends only the fields that differ from the defaults; the rows it
+    writes equal, column for column, the rows enqueue() writes for the same jobs."""
+    jobs = [
+        {"task": "t", "args": {"n": 1}},
+        {"task": "t", "args": {"n": 1}},  # a task seen already takes the short path
+        {"task": "t"},
+        {"task": "t", "args": {"n": 1}, "queue": "default", "priority": 0, "max_attempts": 5},
+        {"task": "t", "args": {"n": 1}, "queue": "q", "priority": -3, "max_attempts": 1,
+         "key": "k"},
+    ]
+    singles = [queue.enqueue(**job) for job in jobs]
+    many = queue.enqueue_many(jobs)
+    columns = "queue, task, args, priority, key, idempotency_key, max_attempts, status, attempts"
+    def row(job_id: int) -> dict[str, object]:
+        return db.execute(
+            f"SELECT {columns}, run_at - created_at AS wait FROM jobs WHERE id = %s",  # type: ignore[arg-type]
+            (job_id,),
+        ).fetchone()
+    assert [row(i) for i in many] == [row(i) for i in singles]
+    assert row(many[2])["args"] == {} and row(many[0])["max_attempts"] == 5
+
+
 def test_claim_respects_priority_run_at_and_queues(queue):
     """Higher priority first, future run_at not yet, and only the queues asked for."""
     low = queue.enqueue("t", priority=0)

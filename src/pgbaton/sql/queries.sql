@@ -29,13 +29,22 @@ SELECT to_regclass(%(table)s) IS NOT NULL AS exists;
 INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(name)s);
 
 -- name: job_insert
+-- A job without an idempotency key: a plain insert, the cheapest there is.
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts)
+VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(key)s, %(max_attempts)s)
+RETURNING id;
+
+-- name: job_insert_idempotent
+-- A job with an idempotency key: inserted, or the id of the job that already has it.
 WITH inserted AS (
     INSERT INTO __schema__.jobs
         (queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
     VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
             %(key)s, %(idempotency_key)s, %(max_attempts)s)
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
 SELECT id FROM inserted
@@ -44,10 +53,12 @@ SELECT id FROM __schema__.jobs
 WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM inserted);
 
 -- name: job_insert_many
--- The jobs arrive as one JSON array (cheaper to send than an array per column). Ids
--- are drawn before the insert so that each comes back beside its input position.
+-- The jobs arrive as one JSON array (cheaper to send than an array per column), each
+-- job with only the fields that differ from enqueue()'s defaults, which the coalesces
+-- below restore (_base.JOB_DEFAULTS is the same list). Ids are drawn before the insert
+-- so that each can be matched to its input position.
 WITH input AS (
-    SELECT nextval(pg_get_serial_sequence('__schema__.jobs', 'id')) AS id, t.*
+    SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
             queue text, task text, args jsonb, priority int, run_at timestamptz,
             delay float8, key text, idempotency_key text, max_attempts int))
@@ -57,16 +68,18 @@ WITH input AS (
 inserted AS (
     INSERT INTO __schema__.jobs
         (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
-    SELECT id, queue, task, args, priority,
-           coalesce(run_at, now() + make_interval(secs => delay)),
-           key, idempotency_key, max_attempts
+    SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           key, idempotency_key, coalesce(max_attempts, 5)
     FROM input ORDER BY position
-    ON CONFLICT (idempotency_key) DO NOTHING
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id
 )
-SELECT input.position, inserted.id, input.idempotency_key
-FROM input LEFT JOIN inserted ON inserted.id = input.id
-ORDER BY input.position;
+-- One row of two arrays in input order, cheaper to read than a row per job: the new
+-- ids (NULL where the idempotency key was taken already) and the idempotency keys.
+SELECT array_agg(inserted.id ORDER BY input.position) AS ids,
+       array_agg(input.idempotency_key ORDER BY input.position) AS idempotency_keys
+FROM input LEFT JOIN inserted ON inserted.id = input.id;
 
 -- name: job_ids_by_idempotency_key
 SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(keys)s::text[]);

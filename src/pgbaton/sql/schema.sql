@@ -27,8 +27,7 @@ CREATE TABLE __schema__.jobs (
         CHECK ((status = 'running') = (claim_token IS NOT NULL AND lease_until IS NOT NULL)),
     CONSTRAINT jobs_attempts_in_range
         CHECK (attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts),
-    CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object'),
-    CONSTRAINT jobs_idempotency_key_unique UNIQUE (idempotency_key)
+    CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object')
 ) WITH (
     -- Free room on each page lets a claim or completion write the row's new version
     -- on the same page. (Not HOT: status and lease_until are indexed.)
@@ -58,6 +57,10 @@ CREATE INDEX jobs_key_unfinished ON __schema__.jobs (key, id)
 -- ... and the database refuses a second running job of one key, whatever the race.
 CREATE UNIQUE INDEX jobs_one_running_per_key ON __schema__.jobs (key)
     WHERE key IS NOT NULL AND status = 'running';
+
+-- One job per idempotency key; jobs without a key (most of them) stay out of it.
+CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 -- Pruning finished jobs by age.
 CREATE INDEX jobs_finished ON __schema__.jobs (finished_at)
