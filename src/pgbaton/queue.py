@@ -214,7 +214,7 @@ class Queue:
             # The key was inserted by a transaction that committed after this
             # statement's snapshot: a fresh statement sees it.
             return (self._ids_by_idempotency_key([idempotency_key], conn))[
-                cast(str, idempotency_key)
+                idempotency_key
             ]
         return int(rows[0]["id"])
 

@@ -212,7 +212,7 @@ class AsyncQueue:
             # The key was inserted by a transaction that committed after this
             # statement's snapshot: a fresh statement sees it.
             return (await self._ids_by_idempotency_key([idempotency_key], conn))[
-                cast(str, idempotency_key)
+                idempotency_key
             ]
         return int(rows[0]["id"])
 
