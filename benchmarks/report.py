@@ -175,7 +175,7 @@ def render(results: dict[str, Any]) -> str:
         f"{plan['repeats']}; for claim time, rounds on one seeded table). A ratio is "
         "pgbaton's median divided by the other's: above 1 is better for throughput, below "
         "1 is better for latency, memory and claim time. The best peer and the ceiling are "
-        "chosen per row; the ceiling is the better of the two raw-SQL loops. "
+        "chosen per row; the ceiling is the best of the raw-SQL loops. "
         f"† the run hit the {plan['time_cap']:.0f} s time cap before all "
         f"{plan['jobs']:,} jobs were done; its rate is over the jobs done (drain: started) "
         "by then. "

@@ -16,6 +16,7 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "awa": ("awa_system", "AwaSystem"),
     "raw1": ("raw_system", "RawSQL1"),
     "raw100": ("raw_system", "RawSQL100"),
+    "rawpoll": ("raw_system", "RawSQLBusyPoll"),
 }
 
 

@@ -84,6 +84,7 @@ async def noop(seq: int) -> None:
 class RawSQL(System):
     role = "ceiling"
     limit: ClassVar[int] = 1
+    busy_poll: ClassVar[bool] = False
     settings = (
         "no library: the seed's claim CTE and fenced completion on the seed's table with "
         "its partial index; LISTEN/NOTIFY wake-up with a 1 s poll fallback; psycopg "
@@ -126,9 +127,12 @@ class RawSQL(System):
 
     async def start_worker(self, concurrency: int) -> None:
         self._stopping.clear()
-        listening = asyncio.Event()
-        self._listener = asyncio.create_task(self._listen(listening), name="raw listener")
-        await listening.wait()
+        if self.busy_poll:
+            concurrency = 1
+        else:
+            listening = asyncio.Event()
+            self._listener = asyncio.create_task(self._listen(listening), name="raw listener")
+            await listening.wait()
         self._loops = [
             asyncio.create_task(self._loop(), name=f"raw loop {n}") for n in range(concurrency)
         ]
@@ -162,7 +166,9 @@ class RawSQL(System):
                 cursor = await conn.execute(CLAIM, {"limit": self.limit})
                 rows = await cursor.fetchall()
                 if not rows:
-                    if generation == self._generation:
+                    if self.busy_poll:
+                        await asyncio.sleep(0)  # let the producer run, then claim again
+                    elif generation == self._generation:
                         # Nothing arrived since the claim began: sleep until a NOTIFY.
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(notified.wait(), POLL_SECONDS)
@@ -229,3 +235,18 @@ class RawSQL100(RawSQL):
     )
     # Enqueue, latency and claim time do not depend on the claim's LIMIT: raw1 measures them.
     cases: ClassVar[frozenset[str]] = frozenset({"drain"})
+
+
+class RawSQLBusyPoll(RawSQL):
+    """The latency floor of a polling design: no LISTEN, no pause, one core spent on it."""
+
+    name = "rawpoll"
+    label = "raw SQL, busy poll"
+    limit = 1
+    busy_poll = True
+    concurrency_meaning = (
+        "one asyncio loop on one connection, whatever N: it claims LIMIT 1 again the "
+        "moment a claim comes back empty (no LISTEN, no sleep), so it keeps a core and a "
+        "server backend busy while idle. Not a way to run a queue: the floor for latency."
+    )
+    cases: ClassVar[frozenset[str]] = frozenset({"latency"})
