@@ -338,3 +338,31 @@ def test_server_older_than_required_is_refused_before_writing(dsn, schema, db, m
         with pytest.raises(pgbaton.ServerTooOld):
             queue.enqueue("send_email")
     assert not _schema_exists(db, schema)
+
+
+def test_a_version_1_schema_with_jobs_migrates_to_the_partial_idempotency_index(
+    dsn, schema, db
+):
+    """Migration 2 on a schema that already holds jobs: the jobs stay, an idempotency key
+    taken under version 1 is still taken, and keyless jobs no longer enter its index."""
+    first = _sql.migrations()[0]
+    sql = _sql.queries(schema)
+    db.execute(sql["schema_create"])  # type: ignore[arg-type]
+    db.execute(sql["schema_version_create"])  # type: ignore[arg-type]
+    db.execute(first.in_schema(schema))  # type: ignore[arg-type]
+    db.execute(sql["schema_version_record"], {"version": 1, "name": first.name})  # type: ignore[arg-type]
+    db.execute("INSERT INTO jobs (task, idempotency_key) VALUES ('t', 'once'), ('t', NULL)")
+    db.commit()
+
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        assert queue.migrate() == [m.version for m in _sql.migrations()[1:]]
+        kept = db.execute("SELECT id FROM jobs WHERE idempotency_key = 'once'").fetchone()
+        assert queue.enqueue("t", idempotency_key="once") == kept["id"]
+        again = queue.enqueue_many([{"task": "t", "idempotency_key": "once"}, {"task": "t"}])
+        assert again[0] == kept["id"]
+    index = db.execute(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = 'jobs_idempotency_key_unique'"
+        " AND schemaname = %s", (schema,)
+    ).fetchone()
+    assert index["indexdef"].endswith("WHERE (idempotency_key IS NOT NULL)")
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 3
