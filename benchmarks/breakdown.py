@@ -1,0 +1,196 @@
+"""Where the time goes in the two cases where pgbaton misses its target: the single
+enqueue and the enqueue-to-start latency. Prints figures; run it alone on a quiet machine.
+
+    .venv-bench/bin/python -m benchmarks.breakdown [--dsn DSN] [--calls 1000] [--jobs 60]
+
+1. One round trip (SELECT 1) back to back, and after an idle pause like the latency
+   case's: what waking up costs this machine before any queue does anything.
+2. One enqueue, peeled layer by layer, the layers taking turns in blocks so that a noisy
+   second does not land on one of them: the raw-SQL loop's insert into the seed's table;
+   a plain insert into pgbaton's table (its columns, checks, indexes and NOTIFY
+   trigger); pgbaton's job_insert statement on a bare connection; AsyncQueue.enqueue
+   (checks and the connection pool); Task.enqueue_async (the App).
+3. One job at an idle worker, the real Worker timed at each hand-off: the enqueue call,
+   the NOTIFY reaching the worker, the claim, the handler's first line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+import pgbaton
+from pgbaton._base import job_params
+from pgbaton.worker import Worker, WorkerConfig
+
+from .common import find_server, fresh_database, percentile
+from .systems.raw_system import INSERT_ONE, SCHEMA_SQL
+
+SCHEMA = "pgbaton"
+IDLE_SECONDS = (0.05, 0.15)  # the latency case's pause between jobs
+BLOCK = 100
+
+app = pgbaton.App(schema=SCHEMA)
+started: dict[int, float] = {}
+
+
+@app.task(name="noop")
+async def noop(seq: int) -> None:
+    started[seq] = time.perf_counter()
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f} ms"
+
+
+async def round_trips(dsn: str, samples: int) -> None:
+    print("1. One round trip, SELECT 1 on one connection")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        rng = random.Random(1)
+        for label, pause in (("back to back", False), ("after an idle pause", True)):
+            times = []
+            for _ in range(samples):
+                if pause:
+                    await asyncio.sleep(rng.uniform(*IDLE_SECONDS))
+                before = time.perf_counter()
+                await conn.execute("SELECT 1")
+                times.append(time.perf_counter() - before)
+            print(f"   {label:24s} p50 {ms(statistics.median(times))}")
+
+
+async def enqueue_layers(dsn: str, calls: int) -> None:
+    print(f"2. One enqueue, layer by layer ({calls} calls each, in turns of {BLOCK})")
+    raw = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    bare = await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, row_factory=dict_row,
+        options="-c plan_cache_mode=force_generic_plan",
+    )
+    await raw.execute(SCHEMA_SQL)  # type: ignore[arg-type]
+    queue = app.async_queue
+    statement = queue._sql["job_insert"]
+    params = job_params("noop", {"seq": 1})
+    args = '{"seq": 1}'
+
+    async def job_insert_on_a_bare_connection() -> None:
+        cursor = await bare.execute(statement, params)
+        await cursor.fetchall()
+
+    layers: dict[str, Callable[[], Awaitable[Any]]] = {
+        "raw SQL: seed table, one index": lambda: raw.execute(INSERT_ONE, (args,)),
+        "plain INSERT, pgbaton's table": lambda: raw.execute(
+            f"INSERT INTO {SCHEMA}.jobs (task, args) VALUES ('noop', %s::jsonb)",  # type: ignore[arg-type]
+            (args,),
+        ),
+        "job_insert, bare connection": job_insert_on_a_bare_connection,
+        "AsyncQueue.enqueue": lambda: queue.enqueue("noop", {"seq": 1}),
+        "Task.enqueue_async": lambda: noop.enqueue_async({"seq": 1}),
+    }
+    times: dict[str, list[float]] = {name: [] for name in layers}
+    for turn in range(calls // BLOCK):
+        names = list(layers)
+        names = names[turn % len(names):] + names[: turn % len(names)]
+        for name in names:
+            call = layers[name]
+            for _ in range(BLOCK):
+                before = time.perf_counter()
+                await call()
+                times[name].append(time.perf_counter() - before)
+    base = statistics.median(times["raw SQL: seed table, one index"])
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        print(f"   {name:32s} p50 {ms(median)}  {median / base:.2f}x the raw insert's time"
+              f"  ({1 / median:,.0f} calls/s)")
+    await raw.close()
+    await bare.close()
+
+
+async def latency_timeline(dsn: str, jobs: int) -> None:
+    print(f"3. One job at an idle worker (concurrency 8), {jobs} jobs: the hand-offs")
+    worker = Worker(app, WorkerConfig(concurrency=8, dsn=dsn))
+    marks: dict[str, float] = {}
+    wake, claim = worker._wake, worker.queue.claim
+
+    def timed_wake(reason: str) -> None:
+        marks.setdefault("notified", time.perf_counter())
+        wake(reason)
+
+    async def timed_claim(*args: Any, **kwargs: Any) -> Any:
+        before = time.perf_counter()
+        claims = await claim(*args, **kwargs)
+        if claims:
+            marks["claim_sent"], marks["claimed"] = before, time.perf_counter()
+        return claims
+
+    worker._wake = timed_wake  # type: ignore[method-assign]
+    worker.queue.claim = timed_claim  # type: ignore[method-assign]
+    running = asyncio.create_task(worker.run())
+    rng = random.Random(7)
+    steps: dict[str, list[float]] = {
+        "enqueue call (round trip, durable commit)": [],
+        "enqueue call returned -> NOTIFY at worker": [],
+        "NOTIFY -> claim sent": [],
+        "claim (round trip)": [],
+        "claim returned -> handler's first line": [],
+        "total: before enqueue -> handler": [],
+    }
+    for seq in range(-5, jobs):  # five warm-up jobs, not counted
+        await asyncio.sleep(rng.uniform(*IDLE_SECONDS))
+        marks.clear()
+        before = time.perf_counter()
+        await noop.enqueue_async({"seq": seq})
+        returned = time.perf_counter()
+        while seq not in started:
+            await asyncio.sleep(0.0002)
+        if seq < 0:
+            continue
+        for name, value in zip(steps, (
+            returned - before,
+            marks["notified"] - returned,
+            marks["claim_sent"] - marks["notified"],
+            marks["claimed"] - marks["claim_sent"],
+            started[seq] - marks["claimed"],
+            started[seq] - before,
+        ), strict=True):
+            steps[name].append(value)
+    worker.request_stop()
+    await running
+    for name, values in steps.items():
+        print(f"   {name:44s} p50 {ms(statistics.median(values))}"
+              f"  p99 {ms(percentile(values, 0.99))}")
+    print("   (a negative hand-off: the NOTIFY reached the worker before the enqueue call"
+          " had returned to the producer, which shares the process)")
+
+
+async def main(args: argparse.Namespace) -> None:
+    server_dsn, server, chosen = find_server(args.dsn)
+    print(f"server: {chosen}")
+    try:
+        with fresh_database(server_dsn, "breakdown") as dsn:
+            await pgbaton.AsyncQueue(dsn, schema=SCHEMA).migrate()
+            app.configure(dsn=dsn, schema=SCHEMA)
+            await app.async_queue.open()
+            try:
+                await round_trips(dsn, 200)
+                await enqueue_layers(dsn, args.calls)
+                await latency_timeline(dsn, args.jobs)
+            finally:
+                await app.async_queue.close()
+    finally:
+        if server is not None:
+            server.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dsn", help="server (default as for benchmarks.run)")
+    parser.add_argument("--calls", type=int, default=1000, help="enqueue calls per layer")
+    parser.add_argument("--jobs", type=int, default=60, help="jobs in the latency timeline")
+    asyncio.run(main(parser.parse_args()))
