@@ -114,6 +114,8 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
 
 async def latency_timeline(dsn: str, jobs: int) -> None:
     print(f"3. One job at an idle worker (concurrency 8), {jobs} jobs: the hand-offs")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(f"TRUNCATE {SCHEMA}.jobs")  # type: ignore[arg-type]
     worker = Worker(app, WorkerConfig(concurrency=8, dsn=dsn))
     marks: dict[str, float] = {}
     wake, claim = worker._wake, worker.queue.claim
