@@ -5,12 +5,15 @@ enqueue and the enqueue-to-start latency. Prints figures; run it alone on a quie
 
 1. One round trip (SELECT 1) back to back, and after an idle pause like the latency
    case's: what waking up costs this machine before any queue does anything.
-2. One enqueue, peeled layer by layer, the layers taking turns in blocks so that a noisy
-   second does not land on one of them: the raw-SQL loop's insert into the seed's table;
+2. One enqueue, peeled layer by layer, the layers taking turns call by call so that a
+   noisy second does not land on one of them: the raw-SQL loop's insert into the seed's table;
    a plain insert into pgbaton's table (its columns, checks, indexes and NOTIFY
    trigger); pgbaton's job_insert statement on a bare connection; AsyncQueue.enqueue
    (checks and the connection pool); Task.enqueue_async (the App).
-3. One job at an idle worker, the real Worker timed at each hand-off: the enqueue call,
+3. The same insert on one connection reused call after call, and on four connections
+   used in turn (each backend then sleeps for three calls): what a sleeping backend
+   costs to wake.
+4. One job at an idle worker, the real Worker timed at each hand-off: the enqueue call,
    the NOTIFY reaching the worker, the claim, the handler's first line.
 """
 
@@ -36,7 +39,6 @@ from .systems.raw_system import INSERT_ONE, SCHEMA_SQL
 
 SCHEMA = "pgbaton"
 IDLE_SECONDS = (0.05, 0.15)  # the latency case's pause between jobs
-BLOCK = 100
 
 app = pgbaton.App(schema=SCHEMA)
 started: dict[int, float] = {}
@@ -67,7 +69,7 @@ async def round_trips(dsn: str, samples: int) -> None:
 
 
 async def enqueue_layers(dsn: str, calls: int) -> None:
-    print(f"2. One enqueue, layer by layer ({calls} calls each, in turns of {BLOCK})")
+    print(f"2. One enqueue, layer by layer ({calls} calls each, the layers taking turns)")
     raw = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     bare = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, row_factory=dict_row,
@@ -94,15 +96,14 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
         "Task.enqueue_async": lambda: noop.enqueue_async({"seq": 1}),
     }
     times: dict[str, list[float]] = {name: [] for name in layers}
-    for turn in range(calls // BLOCK):
-        names = list(layers)
-        names = names[turn % len(names):] + names[: turn % len(names)]
-        for name in names:
-            call = layers[name]
-            for _ in range(BLOCK):
-                before = time.perf_counter()
-                await call()
-                times[name].append(time.perf_counter() - before)
+    names = list(layers)
+    for turn in range(calls):
+        # One call of each layer per turn, in a rotating order: a slow moment or a
+        # drifting machine then touches every layer alike.
+        for name in names[turn % len(names):] + names[: turn % len(names)]:
+            before = time.perf_counter()
+            await layers[name]()
+            times[name].append(time.perf_counter() - before)
     base = statistics.median(times["raw SQL: seed table, one index"])
     for name, samples in times.items():
         median = statistics.median(samples)
@@ -112,8 +113,27 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
     await bare.close()
 
 
+async def backend_wakeups(dsn: str, calls: int) -> None:
+    print("3. pgbaton's job_insert on one connection reused, and on four used in turn")
+    statement = app.async_queue._sql["job_insert"]
+    params = job_params("noop", {"seq": 1})
+    conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(5)]
+    one, four = conns[0], conns[1:]
+    times: dict[str, list[float]] = {"one connection": [], "four in turn": []}
+    for turn in range(calls):
+        for label, conn in (("one connection", one), ("four in turn", four[turn % 4])):
+            before = time.perf_counter()
+            cursor = await conn.execute(statement, params)
+            await cursor.fetchall()
+            times[label].append(time.perf_counter() - before)
+    for label, samples in times.items():
+        print(f"   {label:24s} p50 {ms(statistics.median(samples))}")
+    for conn in conns:
+        await conn.close()
+
+
 async def latency_timeline(dsn: str, jobs: int) -> None:
-    print(f"3. One job at an idle worker (concurrency 8), {jobs} jobs: the hand-offs")
+    print(f"4. One job at an idle worker (concurrency 8), {jobs} jobs: the hand-offs")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(f"TRUNCATE {SCHEMA}.jobs")  # type: ignore[arg-type]
     worker = Worker(app, WorkerConfig(concurrency=8, dsn=dsn))
@@ -182,6 +202,7 @@ async def main(args: argparse.Namespace) -> None:
             try:
                 await round_trips(dsn, 200)
                 await enqueue_layers(dsn, args.calls)
+                await backend_wakeups(dsn, args.calls)
                 await latency_timeline(dsn, args.jobs)
             finally:
                 await app.async_queue.close()
