@@ -34,13 +34,24 @@ def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         server.cleanup()
 
 
-@pytest.fixture
-def schema(server_dsn: str) -> Iterator[str]:
+def _scratch_schema(server_dsn: str) -> Iterator[str]:
     """A schema name no other test uses; dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def schema(server_dsn: str) -> Iterator[str]:
+    """A schema name no other test uses; dropped afterwards."""
+    yield from _scratch_schema(server_dsn)
+
+
+@pytest.fixture
+def other_schema(server_dsn: str) -> Iterator[str]:
+    """A second fresh schema for the same test; dropped afterwards."""
+    yield from _scratch_schema(server_dsn)
 
 
 @pytest.fixture

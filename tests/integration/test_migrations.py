@@ -8,7 +8,6 @@ import multiprocessing.synchronize
 import queue as stdlib_queue
 import traceback
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -97,15 +96,6 @@ def _catalog(conn: psycopg.Connection[DictRow], schema: str) -> dict[str, list[d
             ]
             for kind, query in CATALOG.items()
         }
-
-
-@pytest.fixture
-def other_schema(server_dsn: str) -> Iterator[str]:
-    """A second fresh schema for the same test; dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    yield name
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # type: ignore[arg-type]
 
 
 def _schema_exists(db: psycopg.Connection[DictRow], schema: str) -> bool:
