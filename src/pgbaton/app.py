@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import inspect
+import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
@@ -12,8 +15,10 @@ from typing import TYPE_CHECKING, Any, overload
 import psycopg
 
 from . import _sql
-from ._base import Backoff, check_int4, check_lease, resolve_dsn
+from ._base import Backoff, check_int4, check_lease, job_params, resolve_dsn
 from .errors import ConfigurationError, InvalidArgument
+from .events import Events, Subscriber
+from .middleware import Middleware
 from .queue import Queue
 from .queue_async import AsyncQueue
 
@@ -99,16 +104,27 @@ class Task:
         )
 
 
+# A schedule that does not fire within this horizon is a mistake ("0 0 30 2 *").
+PERIODIC_HORIZON = dt.timedelta(days=5 * 366)
+
+
 @dataclass(frozen=True)
 class Periodic:
-    """A task enqueued by the maintenance leader at each tick of a cron schedule."""
+    """One schedule: a task enqueued by the maintenance leader at each tick of a cron
+    expression, with fixed args. One task may have several schedules."""
 
     task: Task
     cron: str
     args: Mapping[str, Any] | None = None
 
+    @property
+    def schedule_id(self) -> str:
+        """Tells this schedule from the task's others (cron and args), for its keys."""
+        text = json.dumps([self.cron, self.args or {}], sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
     def idempotency_key(self, tick: dt.datetime) -> str:
-        return f"pgbaton:periodic:{self.task.name}:{tick.isoformat()}"
+        return f"pgbaton:periodic:{self.task.name}:{self.schedule_id}:{tick.isoformat()}"
 
 
 class App:
@@ -123,6 +139,12 @@ class App:
         self.schema = _sql.check_schema_name(schema)
         self.tasks: dict[str, Task] = {}
         self.periodics: list[Periodic] = []
+        self.middlewares: list[Middleware] = []
+        # Every event of this App's workers, and of its queues' data plane.
+        self.events = Events()
+        # The level at which a worker logs a failed attempt's traceback (logger
+        # "pgbaton.jobs.traceback"); the one-line failure is logged at WARNING or ERROR.
+        self.traceback_log_level = logging.INFO
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
 
@@ -201,6 +223,19 @@ class App:
 
         return register(func) if func is not None else register
 
+    def middleware(self, middleware: Middleware) -> Middleware:
+        """Wrap every handler call: `async def middleware(context, call_next)` (see
+        pgbaton.middleware). The first registered is the outermost. Works as a decorator."""
+        if not callable(middleware):
+            raise InvalidArgument(f"a middleware must be callable, got {middleware!r}")
+        self.middlewares.append(middleware)
+        return middleware
+
+    def subscribe(self, subscriber: Subscriber, names: Any = None) -> Subscriber:
+        """Call subscriber(event) for what happens to this App's jobs and workers (every
+        event, or those named; see pgbaton.events.EVENTS). Works as a decorator."""
+        return self.events.subscribe(subscriber, names)
+
     def periodic(
         self,
         cron: str,
@@ -212,12 +247,38 @@ class App:
         seconds last), exactly once per tick however many workers run."""
         from croniter import croniter
 
-        if not croniter.is_valid(cron):
+        if not isinstance(cron, str) or not croniter.is_valid(cron):
             raise InvalidArgument(f"not a cron expression: {cron!r}")
+        now = dt.datetime.now(dt.UTC)
+        try:
+            first = croniter(cron, now).get_next(dt.datetime)
+        except Exception:  # croniter gives up on dates that never come ("0 0 30 2 *")
+            first = None
+        if first is None or first - now > PERIODIC_HORIZON:
+            raise InvalidArgument(
+                f"cron {cron!r} never fires (no tick within five years): check the day "
+                "and month fields"
+            )
 
         def register(func: Callable[..., Any]) -> Task:
             task = func if isinstance(func, Task) else self.task(func, **task_options)
-            self.periodics.append(Periodic(task, cron, args))
+            periodic = Periodic(task, cron, args)
+            try:
+                # The key function and the args' encoding fail here, at definition,
+                # rather than inside the maintenance leader at each tick.
+                job_params(task.name, args, **task.job_options(args, {"run_at": now}))
+            except Exception as error:
+                raise InvalidArgument(
+                    f"periodic schedule {cron!r} of task {task.name!r} cannot make a job: "
+                    f"{type(error).__name__}: {error}"
+                ) from None
+            if any(p.task is task and p.schedule_id == periodic.schedule_id
+                   for p in self.periodics):
+                raise InvalidArgument(
+                    f"task {task.name!r} already has the schedule {cron!r} with these args: "
+                    "two identical schedules would enqueue each tick once, not twice"
+                )
+            self.periodics.append(periodic)
             return task
 
         return register

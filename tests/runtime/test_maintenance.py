@@ -7,7 +7,7 @@ import itertools
 
 import pgbaton
 from pgbaton.app import Periodic
-from pgbaton.maintenance import Periodics
+from pgbaton.maintenance import Scheduler
 from tests.runtime import app_under_test as tasks
 from tests.runtime.conftest import WorkerProcess, scalar, wait_until
 
@@ -173,7 +173,7 @@ async def test_two_leaders_enqueue_one_tick_once(aqueue: pgbaton.AsyncQueue, db)
     on the last seconds) make one job of each tick, by the tick's idempotency key."""
     every_second = Periodic(tasks.work, "* * * * * *")
     old_leader, new_leader = (
-        Periodics(aqueue, [every_second], interval=0.2, catch_up=5) for _ in range(2)
+        Scheduler(aqueue, [every_second], interval=0.2, catch_up=5) for _ in range(2)
     )
     first = await old_leader.run_once()
     second = await new_leader.run_once()
@@ -183,4 +183,4 @@ async def test_two_leaders_enqueue_one_tick_once(aqueue: pgbaton.AsyncQueue, db)
     assert len(rows) < first + second  # the overlap was not enqueued twice
     assert len({row["idempotency_key"] for row in rows}) == len(set(ticks)) == len(rows)
     assert all(b - a == dt.timedelta(seconds=1) for a, b in itertools.pairwise(ticks))
-    assert rows[0]["idempotency_key"] == f"pgbaton:periodic:work:{ticks[0].isoformat()}"
+    assert rows[0]["idempotency_key"] == every_second.idempotency_key(ticks[0])

@@ -1,6 +1,6 @@
-"""Maintenance that exactly one worker runs at a time: reaper, pruner, periodic jobs."""
+"""Maintenance that exactly one worker runs at a time: reaper, pruner, scheduler."""
 
 from .leader import Leader
-from .services import Periodics, Pruner, Reaper, Service
+from .services import Pruner, Reaper, Scheduler, Service
 
-__all__ = ["Leader", "Periodics", "Pruner", "Reaper", "Service"]
+__all__ = ["Leader", "Pruner", "Reaper", "Scheduler", "Service"]

@@ -4,21 +4,29 @@ The lock is session-level on a connection the leader keeps open. When the leader
 process dies or its connection drops, PostgreSQL releases the lock and the next worker
 to ask becomes leader. The services are safe to run twice (every statement guards
 its own state), so a brief overlap during a network split costs nothing but work.
+
+A service that raises is logged with its traceback and run again at its next interval;
+it never stops the other services (the reaper above all) or the leadership.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 
+from .._transient import is_transient
 from ..errors import ConnectionFailed
 from ..queue_async import AsyncQueue
 from .services import Service
 
 logger = logging.getLogger("pgbaton.maintenance")
+
+
+def _ignore(*_: object, **__: object) -> None:
+    pass
 
 
 class Leader:
@@ -29,6 +37,7 @@ class Leader:
         *,
         elect_interval: float = 2.0,
         tick: float = 0.1,
+        notify: Callable[..., None] = _ignore,
     ) -> None:
         self.queue = queue
         self.services = list(services)
@@ -36,6 +45,8 @@ class Leader:
         self.tick = tick
         self.is_leader = False
         self.runs: dict[str, int] = {service.name: 0 for service in self.services}
+        self.failures: dict[str, int] = {service.name: 0 for service in self.services}
+        self._notify = notify
 
     async def run(self) -> None:
         """Campaign, lead while the lock is held, campaign again; until cancelled."""
@@ -47,11 +58,13 @@ class Leader:
                         if await self.queue.leader_try_acquire(conn):
                             logger.info("this worker is now the maintenance leader")
                             self.is_leader = True
+                            self._notify("leader.elected", None)
                             await self._lead(conn)
                         await asyncio.sleep(self.elect_interval)
             except (ConnectionFailed, psycopg.OperationalError) as error:
                 if self.is_leader:
                     logger.warning("lost the maintenance leadership: %s", error)
+                    self._notify("leader.lost", None, error=error)
                 self.is_leader = False
             await asyncio.sleep(self.elect_interval)
 
@@ -63,12 +76,26 @@ class Leader:
         while True:
             for service in self.services:
                 if loop.time() >= due[service.name]:
-                    try:
-                        await service.run_once()
-                        self.runs[service.name] += 1
-                    except ConnectionFailed as error:
-                        logger.warning("%s failed: %s", service.name, error)
+                    await self._run_service(service)
                     due[service.name] = loop.time() + service.interval
             # Proves the session that holds the lock is still alive; raises if it is not.
             await conn.execute("SELECT 1")
             await asyncio.sleep(max(self.tick, min(due.values()) - loop.time()))
+
+    async def _run_service(self, service: Service) -> None:
+        try:
+            count = await service.run_once()
+        except Exception as error:
+            self.failures[service.name] += 1
+            if is_transient(error):
+                logger.warning("maintenance service %r failed (%s); it runs again in "
+                               "%g s", service.name, error, service.interval)
+            else:
+                logger.error("maintenance service %r failed: %s: %s", service.name,
+                             type(error).__name__, error, exc_info=error)
+            self._notify("worker.part_failed", None, error=error,
+                         detail={"part": f"leader.{service.name}"})
+            return
+        self.runs[service.name] += 1
+        if count and service.event:
+            self._notify(service.event, None, detail={"count": count})

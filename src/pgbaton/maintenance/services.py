@@ -18,6 +18,7 @@ logger = logging.getLogger("pgbaton.maintenance")
 class Service(Protocol):
     name: str
     interval: float
+    event: str | None  # emitted with the count when run_once() did something
 
     def on_elected(self) -> None:
         """Called each time this worker becomes leader, before the first run_once()."""
@@ -26,9 +27,10 @@ class Service(Protocol):
 
 
 class Reaper:
-    """The seed's reaper: expired leases go back to pending, or to failed."""
+    """The reaper: expired leases go back to pending, or to failed."""
 
     name = "reaper"
+    event = "job.reaped"
 
     def __init__(self, queue: AsyncQueue, interval: float) -> None:
         self.queue = queue
@@ -48,6 +50,7 @@ class Pruner:
     """Deletes finished jobs older than the retention."""
 
     name = "pruner"
+    event = "job.pruned"
 
     def __init__(self, queue: AsyncQueue, interval: float, retention: float) -> None:
         self.queue = queue
@@ -64,11 +67,13 @@ class Pruner:
         return pruned
 
 
-class Periodics:
-    """Enqueues each periodic task at each cron tick, keyed by the tick so that a tick
-    is enqueued once however many leaders come and go."""
+class Scheduler:
+    """Enqueues each periodic schedule's job at each of its cron ticks, keyed by the
+    schedule and the tick so that a tick is enqueued once however many leaders come
+    and go."""
 
-    name = "periodic"
+    name = "scheduler"
+    event = None
 
     def __init__(
         self,
@@ -92,22 +97,34 @@ class Periodics:
         now = dt.datetime.now(dt.UTC)
         jobs: list[dict[str, Any]] = []
         for index, periodic in enumerate(self.periodics):
-            if index not in self._next:
-                # Ticks that fell due while no one led (the old leader died, this one was
-                # elected) are enqueued now; those the old leader did enqueue are skipped
-                # by their idempotency key. The window bounds it: a handover that takes
-                # longer than catch_up loses the ticks before it.
-                self._next[index] = croniter(periodic.cron, now - self.catch_up).get_next(
-                    dt.datetime
-                )
-            while self._next[index] <= now:
-                tick = self._next[index]
-                options = periodic.task.job_options(
-                    periodic.args,
-                    {"run_at": tick, "idempotency_key": periodic.idempotency_key(tick)},
-                )
-                jobs.append({"task": periodic.task.name, "args": periodic.args, **options})
-                self._next[index] = croniter(periodic.cron, tick).get_next(dt.datetime)
+            try:
+                jobs += self._due(index, periodic, now)
+            except Exception:
+                # One schedule that cannot make its job must not stop the others, nor
+                # the reaper that runs beside them.
+                logger.exception("periodic schedule %r of task %r failed; skipping its "
+                                 "tick", periodic.cron, periodic.task.name)
+                self._next[index] = now + dt.timedelta(seconds=60)
         if jobs:
             await self.queue.enqueue_many(jobs)
         return len(jobs)
+
+    def _due(self, index: int, periodic: Periodic, now: dt.datetime) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = []
+        if index not in self._next:
+            # Ticks that fell due while no one led (the old leader died, this one was
+            # elected) are enqueued now; those the old leader did enqueue are skipped
+            # by their idempotency key. The window bounds it: a handover that takes
+            # longer than catch_up loses the ticks before it.
+            self._next[index] = croniter(periodic.cron, now - self.catch_up).get_next(
+                dt.datetime
+            )
+        while self._next[index] <= now:
+            tick = self._next[index]
+            options = periodic.task.job_options(
+                periodic.args,
+                {"run_at": tick, "idempotency_key": periodic.idempotency_key(tick)},
+            )
+            jobs.append({"task": periodic.task.name, "args": periodic.args, **options})
+            self._next[index] = croniter(periodic.cron, tick).get_next(dt.datetime)
+        return jobs

@@ -6,12 +6,11 @@ import asyncio
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 
 from ..app import App
-from .runner import Worker, WorkerConfig
+from .config import WorkerConfig
+from .runner import FORCED_STOP_SECONDS, Worker
 
 __all__ = ["Worker", "WorkerConfig", "run_worker"]
 
@@ -19,54 +18,53 @@ logger = logging.getLogger("pgbaton.worker")
 
 
 def run_worker(app: App, config: WorkerConfig, app_spec: str | None = None) -> int:
-    """Run until SIGTERM or SIGINT (a second one stops at once); returns an exit status.
+    """Run until SIGTERM or SIGINT (a second one stops within a second, whatever is
+    stuck); returns an exit status: 0 after a clean stop, 1 when the worker failed.
 
     With processes > 1 this process supervises that many worker processes, started from
-    app_spec (MODULE:ATTRIBUTE, as given to `pgbaton worker`), and forwards signals.
+    app_spec (MODULE:ATTRIBUTE, as given to `pgbaton worker`).
     """
     if config.processes > 1:
         if app_spec is None:
-            raise ValueError("several processes need the app as MODULE:ATTRIBUTE (app_spec)")
-        return _supervise(app_spec, app.schema, config)
+            raise ValueError(
+                "several processes need the app as MODULE:ATTRIBUTE: run "
+                "`pgbaton worker MODULE:APP --processes N`, or pass app_spec"
+            )
+        from .processes import ProcessSupervisor
+
+        return ProcessSupervisor(app_spec, app.schema, config).run()
     worker = Worker(app, config)
+    received = 0
 
-    async def main() -> None:
+    async def main() -> int:
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, worker.request_stop)
-        await worker.run()
 
-    asyncio.run(main())
+        def on_signal(signum: int, _frame: object) -> None:
+            # A plain signal handler, not loop.add_signal_handler: it runs even while a
+            # handler blocks the loop, so a second signal always ends the process.
+            nonlocal received
+            received += 1
+            loop.call_soon_threadsafe(worker.request_stop)
+            if received == 2:
+                timer = threading.Timer(FORCED_STOP_SECONDS, _exit_now)
+                timer.daemon = True
+                timer.start()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, on_signal)
+        return await worker.run()
+
+    status = asyncio.run(main())
     if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
            for t in threading.enumerate()):
         # A sync handler still runs in a thread after its job was released; its result
         # is discarded, so do not let the interpreter wait for it at exit.
         logging.shutdown()
-        os._exit(0)
-    return 0
+        os._exit(status)
+    return status
 
 
-def _supervise(app_spec: str, schema: str, config: WorkerConfig) -> int:
-    argv = [
-        sys.executable, "-m", "pgbaton", "worker", app_spec, "--processes", "1",
-        "--schema", schema,
-        "--concurrency", str(config.concurrency), "--lease", str(config.lease),
-        "--poll-interval", str(config.poll_interval),
-        "--shutdown-grace", str(config.shutdown_grace),
-    ]
-    if config.queues:
-        argv += ["--queues", ",".join(config.queues)]
-    if not config.maintenance:
-        argv.append("--no-maintenance")
-    if config.dsn:
-        argv += ["--dsn", config.dsn]
-    children = [subprocess.Popen(argv) for _ in range(config.processes)]
-
-    def forward(signum: int, _frame: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    return max(child.wait() for child in children)
+def _exit_now() -> None:
+    logger.error("second stop request: exiting now")
+    logging.shutdown()
+    os._exit(1)

@@ -6,10 +6,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import psycopg
-
-from ..errors import ConnectionFailed
 from ..queue_async import AsyncQueue
+from .supervisor import is_transient
 
 logger = logging.getLogger("pgbaton.worker")
 
@@ -31,6 +29,8 @@ async def listen(
                 async for notification in conn.notifies():
                     if queues is None or notification.payload in queues:
                         wake("notify")
-        except (ConnectionFailed, psycopg.OperationalError) as error:
+        except Exception as error:
+            if not is_transient(error):
+                raise
             logger.warning("LISTEN connection lost (%s); reconnecting", error)
         await asyncio.sleep(retry_seconds)

@@ -1,0 +1,23 @@
+"""Which errors are worth retrying as they are: the worker's parts and the maintenance
+leader retry these with backoff and raise the rest."""
+
+from __future__ import annotations
+
+import psycopg
+
+from .errors import ConnectionFailed
+
+# SQLSTATE classes of errors that say the database could not do it *now*: connection
+# trouble, a cancelled statement (statement_timeout, pg_cancel_backend), a lock not
+# available or a deadlock, too few resources, an operator's intervention.
+TRANSIENT_SQLSTATE_CLASSES = ("08", "40", "53", "55", "57", "58")
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for a database error worth retrying as it is, after a pause."""
+    if isinstance(error, ConnectionFailed | TimeoutError):
+        return True
+    if isinstance(error, psycopg.OperationalError) and error.sqlstate is None:
+        return True  # the connection broke before the server could say why
+    sqlstate = getattr(error, "sqlstate", None) if isinstance(error, psycopg.Error) else None
+    return sqlstate is not None and sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES)

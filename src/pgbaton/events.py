@@ -1,0 +1,181 @@
+"""Events: what happens to a job and to a worker, handed to subscribers off the event loop.
+
+Every event pgbaton emits is named in EVENTS below, with what it carries. Subscribers
+are plain callables, `subscriber(event)`, registered with `App.subscribe` (every event
+of the App's workers and queues) or `Queue.events.subscribe` (a queue's data-plane
+events). They run on one dispatcher thread per Events, never on the worker's event
+loop: a slow subscriber delays other subscribers, never a job. A subscriber that raises
+is logged (once per subscriber and exception type) and called again for later events.
+
+Emitting costs one deque append when someone listens, and one attribute test when
+nobody does: the hot paths check `events.active` before they build an event.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("pgbaton.events")
+
+# name -> when it is emitted. The table of docs/events.md is checked against this one.
+EVENTS: dict[str, str] = {
+    "job.enqueued": "a job was written by enqueue() (count > 1 for one enqueue_many call)",
+    "job.claimed": "a worker claimed the job (its attempt number is already counted)",
+    "job.started": "its handler started on a worker; queue_time = start - run_at",
+    "job.succeeded": "the handler returned and the completion was written",
+    "job.failed": "the attempt failed and no attempt is left: the job is `failed`",
+    "job.retried": "the attempt failed and the job is pending again, for a later attempt",
+    "job.timed_out": "the handler ran past its task's timeout (then failed or retried)",
+    "job.lost": "a fenced write was refused: another worker owns the job now, or it was "
+                "cancelled; the handler is told to stop and its outcome is discarded",
+    "job.cancelled": "an operator cancelled the job (emitted by the queue that cancelled it)",
+    "job.released": "a stopping worker handed the job back without spending an attempt",
+    "job.reaped": "the reaper handed back jobs whose lease expired (count)",
+    "job.pruned": "the pruner deleted finished jobs (count)",
+    "leader.elected": "this worker became the maintenance leader",
+    "leader.lost": "this worker stopped being the maintenance leader",
+    "worker.started": "a worker process opened its connections and started claiming",
+    "worker.stopping": "a worker stopped claiming (reason: signal, failure)",
+    "worker.stopped": "a worker finished; detail holds its final statistics",
+    "worker.part_failed": "a part of the worker (producer, heartbeat, ...) raised and is "
+                          "restarted; error_type and error say what",
+    "worker.loop_blocked": "the event loop did not run for a while (run_time); task and "
+                           "job_id name the handler that blocked it, when known",
+    "worker.fenced": "heartbeats could not reach the database past a lease: the handler "
+                     "was told to stop before another worker could take the job",
+    "connection.lost": "a worker part lost its database connection",
+    "connection.restored": "that part reached the database again",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing that happened. Fields that do not apply to an event are None."""
+
+    name: str
+    at: float = field(default_factory=time.time)  # seconds since the epoch
+    worker_id: str | None = None
+    job_id: int | None = None
+    task: str | None = None
+    queue: str | None = None
+    attempt: int | None = None
+    queue_time: float | None = None  # seconds from run_at to the handler's start
+    run_time: float | None = None  # seconds the handler ran (or the loop was blocked)
+    error_type: str | None = None
+    error: str | None = None
+    # The exception itself, for error trackers (job.failed, job.retried, part_failed).
+    exception: BaseException | None = field(default=None, repr=False)
+    count: int = 1
+    detail: dict[str, Any] | None = None
+
+
+Subscriber = Callable[[Event], object]
+
+
+class Events:
+    """The subscribers of one App or Queue, and the thread that calls them."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[tuple[Subscriber, frozenset[str] | None]] = []
+        self._pending: collections.deque[Event] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._complained: set[tuple[int, type[BaseException]]] = set()
+        self.active = False
+
+    def subscribe(self, subscriber: Subscriber, names: Iterable[str] | None = None) -> Subscriber:
+        """Call subscriber(event) for every event, or only for those named. Returns the
+        subscriber, so this works as a decorator too."""
+        if not callable(subscriber):
+            raise TypeError(f"a subscriber must be callable, got {subscriber!r}")
+        wanted = None if names is None else frozenset([names] if isinstance(names, str)
+                                                      else names)
+        unknown = (wanted or frozenset()) - EVENTS.keys()
+        if unknown:
+            raise ValueError(
+                f"unknown event names {sorted(unknown)}; known: {', '.join(EVENTS)}"
+            )
+        with self._lock:
+            self._subscribers.append((subscriber, wanted))
+            self.active = True
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        with self._lock:
+            self._subscribers = [s for s in self._subscribers if s[0] is not subscriber]
+            self.active = bool(self._subscribers)
+
+    def emit(self, event: Event) -> None:
+        """Hand an event to the subscribers; returns at once."""
+        if not self.active:
+            return
+        self._pending.append(event)
+        self._idle.clear()
+        if self._thread is None:
+            self._start()
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def emit_many(self, events: Iterable[Event]) -> None:
+        if not self.active:
+            return
+        self._pending.extend(events)
+        self._idle.clear()
+        if self._thread is None:
+            self._start()
+        self._wake.set()
+
+    def flush(self, timeout: float | None = 5.0) -> bool:
+        """Wait until every event emitted so far has been handed to the subscribers."""
+        if self._thread is None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._wake.set()
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self._idle.wait(remaining) and not self._pending:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._dispatch, name="pgbaton-events", daemon=True
+                )
+                self._thread.start()
+
+    def _dispatch(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                self._idle.clear()
+                while self._pending:
+                    event = self._pending.popleft()
+                    for subscriber, wanted in self._subscribers:
+                        if wanted is None or event.name in wanted:
+                            self._call(subscriber, event)
+                self._idle.set()
+
+    def _call(self, subscriber: Subscriber, event: Event) -> None:
+        try:
+            subscriber(event)
+        except Exception as error:  # a subscriber must never break what emits
+            complaint = (id(subscriber), type(error))
+            if complaint not in self._complained:
+                self._complained.add(complaint)
+                logger.exception(
+                    "event subscriber %r raised on %s (logged once per error type; it "
+                    "keeps receiving events)", subscriber, event.name,
+                )

@@ -1,0 +1,84 @@
+"""WorkerConfig: how a worker runs, checked when it is made."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgument
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class WorkerConfig:
+    """How a worker runs. Every field has a default fit for production."""
+
+    queues: list[str] | None = None
+    concurrency: int = 10
+    processes: int = 1
+    lease: float = 30.0
+    poll_interval: float = 2.0
+    shutdown_grace: float = 30.0
+    maintenance: bool = True
+    reap_interval: float = 1.0
+    prune_interval: float = 60.0
+    retention: float = 7 * 24 * 3600.0
+    periodic_interval: float = 0.2
+    elect_interval: float = 2.0
+    # A part (producer, heartbeat, ...) that raises this many times within
+    # part_failure_window seconds makes the worker release its jobs and exit non-zero.
+    part_failure_limit: int = 5
+    part_failure_window: float = 60.0
+    # The event loop blocked for longer than this share of the shortest held lease is
+    # logged with the handler that blocked it.
+    loop_block_fraction: float = 0.25
+    worker_id: str | None = None
+    dsn: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "lease", "poll_interval", "reap_interval", "prune_interval", "retention",
+            "periodic_interval", "elect_interval", "part_failure_window",
+        ):
+            _check_positive(name, getattr(self, name))
+        _check_positive("shutdown_grace", self.shutdown_grace, zero_ok=True)
+        if not 0 < self.loop_block_fraction < 1:
+            raise InvalidArgument(
+                f"loop_block_fraction must be between 0 and 1, got {self.loop_block_fraction!r}"
+            )
+        for name in ("concurrency", "processes", "part_failure_limit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.queues is not None and (
+            isinstance(self.queues, str)
+            or not self.queues
+            or not all(isinstance(q, str) and q for q in self.queues)
+        ):
+            raise InvalidArgument(
+                f"queues must be a non-empty list of queue names, got {self.queues!r}"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_positive(name: str, value: object, zero_ok: bool = False) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero_ok)
+    ):
+        bound = ">= 0" if zero_ok else "positive"
+        raise InvalidArgument(f"{name} must be a finite {bound} number of seconds, "
+                              f"got {value!r}")

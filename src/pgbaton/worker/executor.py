@@ -1,0 +1,185 @@
+"""Runs handlers: async ones on the loop, sync ones in a thread pool; timeouts,
+cancellation, middleware, and the judging of what a handler returned or raised.
+
+Whatever a handler does (returns a value JSON cannot hold, raises SystemExit, raises
+CancelledError of its own, outlives its timeout in a thread) ends as one outcome for its
+attempt, or as a stopped claim; it never ends the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._base import Claim, error_json, retry_delay, to_json
+from ..context import JobContext
+from ..errors import JobTimeout, PgbatonError, UnknownTask
+from ..middleware import Middleware, chain
+from .held import HeldJobs, Outcome, Running
+
+if TYPE_CHECKING:
+    from ..app import Task
+
+logger = logging.getLogger("pgbaton.worker")
+
+
+class HandlerExit(PgbatonError):
+    """A handler raised SystemExit, KeyboardInterrupt or another BaseException: its
+    attempt fails with this error and the worker carries on."""
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        held: HeldJobs,
+        tasks: dict[str, Task],
+        middlewares: Sequence[Middleware],
+        worker_id: str,
+        claim_lease: float,
+        extend_one: Callable[[JobContext], Coroutine[Any, Any, bool]],
+        notify: Callable[..., None],
+    ) -> None:
+        self.held = held
+        self.tasks = tasks
+        self.middlewares = list(middlewares)
+        self.worker_id = worker_id
+        self.claim_lease = claim_lease
+        self._extend_one = extend_one
+        self._notify = notify
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=held.concurrency, thread_name_prefix="pgbaton-job"
+        )
+
+    def start(self, claims: list[Claim], sent_at: float) -> None:
+        """Run the claims just made; sent_at is when the claim statement was sent."""
+        loop = asyncio.get_running_loop()
+        for claim in claims:
+            task = self.tasks.get(claim.task)
+            lease = task.lease if task is not None and task.lease else self.claim_lease
+            context = JobContext(claim, self.worker_id, self._extend_one, loop)
+            running = Running(
+                claim, context, task, lease, deadline=sent_at + self.claim_lease,
+                needs_extend=lease != self.claim_lease,
+            )
+            self.held.add(running)
+            running.handler = loop.create_task(self._execute(running))
+
+    def shutdown(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _execute(self, running: Running) -> None:
+        claim, task = running.claim, running.task
+        outcome: Outcome | None = None
+        running.started = self.held.now()
+        self._notify("job.started", running)
+        try:
+            if task is None:
+                raise UnknownTask(
+                    f"no task named {claim.task!r} is registered in this worker's App "
+                    f"(it has: {', '.join(sorted(self.tasks)) or 'none'})"
+                )
+            result = await self._invoke(task, running)
+            if result is not None:
+                to_json(result, f"result of task {task.name!r}")  # judged here, not later
+            outcome = Outcome(claim, ok=True, result=result)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if running.stopped or (current is not None and current.cancelling()):
+                outcome = None  # we stopped it: nothing to write
+            else:
+                # The handler raised CancelledError of its own accord.
+                outcome = self._failure(running, HandlerExit(
+                    f"task {claim.task!r} raised CancelledError without being cancelled"
+                ))
+        except JobTimeout as error:
+            outcome = self._failure(running, error, timed_out=True)
+        except Exception as error:
+            outcome = self._failure(running, error)
+        except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit...
+            outcome = self._failure(running, HandlerExit(
+                f"task {claim.task!r} raised {type(error).__name__}"
+                f"{f'({error})' if str(error) else ''}: a handler cannot stop the worker"
+            ))
+        finally:
+            if running.started is not None and outcome is not None:
+                outcome.run_time = self.held.now() - running.started
+            self.held.handler_ended(running, None if running.stopped else outcome)
+        if running.stopped:
+            self._notify("results_discarded", running)
+
+    async def _invoke(self, task: Task, running: Running) -> Any:
+        positional = (running.context,) if task.pass_context else ()
+        args = running.claim.args
+
+        async def call_handler() -> Any:
+            if task.is_async:
+                return await task.func(*positional, **args)
+            running.thread = self._threads.submit(
+                contextvars.copy_context().run, task.func, *positional, **args
+            )
+            try:
+                return await asyncio.wrap_future(running.thread)
+            finally:
+                if not running.thread.done():
+                    # The handler's job is over (timeout, lost, released) but its thread
+                    # cannot be stopped, only asked to: it keeps its slot until it returns.
+                    self._thread_strays(running)
+
+        call = chain(self.middlewares, running.context, call_handler)
+        if task.timeout is None:
+            return await call()
+        deadline = asyncio.timeout(task.timeout)
+        try:
+            async with deadline:
+                return await call()
+        except TimeoutError as error:
+            if not deadline.expired():
+                raise
+            running.context._signal_stop("timeout")
+            raise JobTimeout(
+                f"task {task.name!r} ran past its timeout of {task.timeout:g} s"
+            ) from error
+
+    def _thread_strays(self, running: Running) -> None:
+        assert running.thread is not None
+        self.held.thread_strayed()
+        loop = asyncio.get_running_loop()
+        logger.warning(
+            "job %s: the sync handler of task %r still runs in its thread after its "
+            "attempt ended (%s); its slot stays taken until it returns",
+            running.claim.id, running.claim.task, running.context.stop_reason or "stopped",
+        )
+
+        def returned(_: concurrent.futures.Future[Any]) -> None:
+            loop.call_soon_threadsafe(self.held.thread_returned)
+
+        running.thread.add_done_callback(returned)
+
+    def _failure(
+        self, running: Running, error: BaseException, *, timed_out: bool = False
+    ) -> Outcome:
+        claim, task = running.claim, running.task
+        retry_in: float | None = None
+        if task is not None and claim.attempts < claim.max_attempts:
+            try:
+                retry_in = retry_delay(claim.attempts, task.retry(claim.attempts))
+            except Exception as policy_error:
+                error = HandlerExit(
+                    f"the retry policy of task {task.name!r} raised "
+                    f"{type(policy_error).__name__}: {policy_error} (after the handler "
+                    f"raised {type(error).__name__})"
+                )
+                retry_in = None
+        try:
+            error_json(error)
+        except Exception as unreadable:
+            error = HandlerExit(
+                f"task {claim.task!r} raised {type(error).__name__}, whose message cannot "
+                f"be read ({type(unreadable).__name__})"
+            )
+        return Outcome(claim, ok=False, error=error, retry_in=retry_in, timed_out=timed_out)

@@ -1,0 +1,130 @@
+"""Keeps held leases alive, and fences the worker when it cannot.
+
+The heartbeat extends every held lease in one statement per distinct lease, as often as
+the shortest lease held needs (a third of it: two beats may fail before it runs out),
+and at once for a claim whose task's lease differs from the one it was claimed with.
+
+Self-fencing: a beat that cannot reach the database leaves the server's lease running
+out. Once it has, by this worker's own clock (counted from when the last successful
+beat was *sent*, so never later than the server's), another worker may have the job:
+its handler is told to stop and the producer claims nothing until a beat gets through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..context import JobContext
+from ..queue_async import AsyncQueue
+from .held import HeldJobs, Running
+from .supervisor import is_transient
+
+logger = logging.getLogger("pgbaton.worker")
+
+FENCE_CHECK_FRACTION = 0.1  # of the shortest lease held: how often deadlines are checked
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        held: HeldJobs,
+        *,
+        default_lease: float,
+        notify: Callable[..., None],
+    ) -> None:
+        self.queue = queue
+        self.held = held
+        self.default_lease = default_lease
+        self._notify = notify
+        self._due = 0.0  # monotonic time of the next beat
+
+    async def run(self) -> None:
+        """Beat until cancelled; raises what is not a lost connection (the supervisor
+        logs it and starts this again)."""
+        while True:
+            interval = self.held.shortest_lease(self.default_lease) / 3
+            self._due = min(self._due, self.held.now() + interval) if self._due else (
+                self.held.now() + interval
+            )
+            if any(r.needs_extend for r in self.held):
+                self._due = self.held.now()
+            wait = self._due - self.held.now()
+            if wait > 0:
+                self.held.changed.clear()
+                try:
+                    await asyncio.wait_for(self.held.changed.wait(), wait)
+                    continue  # a new claim: its lease may need a sooner beat
+                except TimeoutError:
+                    pass
+            self._due = 0.0
+            await self.extend([r for r in self.held if not r.finished])
+
+    async def extend_one(self, context: JobContext) -> bool:
+        """JobContext.heartbeat(): extend this job's lease now."""
+        running = self.held.get(context.token)
+        if running is None or running.lost:
+            return False
+        await self.extend([running])
+        return not running.lost
+
+    async def extend(self, runnings: list[Running]) -> None:
+        by_lease: dict[float, list[Running]] = {}
+        for running in runnings:
+            if not running.lost:
+                by_lease.setdefault(running.lease, []).append(running)
+        for lease, group in by_lease.items():
+            sent = self.held.now()
+            try:
+                # Bounded: a connection that hangs (a network cut off, not closed) must
+                # not keep the worker from noticing that its leases ran out.
+                held = await asyncio.wait_for(
+                    self.queue.heartbeat([r.claim for r in group], lease=lease),
+                    timeout=max(lease / 3, 0.5),
+                )
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                if self.held.heartbeat_ok.is_set():
+                    self.held.heartbeat_ok.clear()
+                    logger.warning(
+                        "heartbeat failed (%s); no new claims until the database answers",
+                        error or "timed out",
+                    )
+                    self._notify("connection.lost", None, error=error or "timed out")
+                continue
+            if not self.held.heartbeat_ok.is_set():
+                self.held.heartbeat_ok.set()
+                logger.info("heartbeat reached the database again; claiming resumes")
+                self._notify("connection.restored", None)
+            self._notify("heartbeats", None)
+            for running, still_held in zip(group, held, strict=True):
+                if still_held:
+                    running.deadline = sent + lease
+                    running.needs_extend = False
+                # A finished handler's outcome may have been written while this beat was
+                # in flight; the completer's own fenced write tells the truth for it.
+                elif self.held.lose(running, "lost"):
+                    logger.warning(
+                        "lost the claim on job %s (lease expired and re-claimed, or "
+                        "cancelled): stopping its handler; its result will not be written",
+                        running.claim.id,
+                    )
+                    self._notify("job.lost", running)
+
+    async def fence(self) -> None:
+        """Tell handlers whose lease has run out by this worker's clock to stop."""
+        while True:
+            now = self.held.now()
+            for running in self.held:
+                if now >= running.deadline and self.held.lose(running, "fenced"):
+                    logger.warning(
+                        "job %s: its lease ran out while the heartbeat could not reach the "
+                        "database; another worker may own it now, so its handler is told "
+                        "to stop", running.claim.id,
+                    )
+                    self._notify("worker.fenced", running)
+            await asyncio.sleep(self.held.shortest_lease(self.default_lease)
+                                * FENCE_CHECK_FRACTION)

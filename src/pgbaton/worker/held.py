@@ -1,0 +1,165 @@
+"""The claims a worker holds: the one collaborator its parts share.
+
+The producer adds a claim, the executor runs it and records its outcome, the heartbeat
+extends and fences what is held, the completer takes outcomes and forgets each claim
+once its outcome is written. None of these parts knows the others; they meet here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._base import Claim
+from ..context import JobContext
+
+if TYPE_CHECKING:
+    from ..app import Task
+
+
+@dataclass
+class Outcome:
+    """How one attempt ended, waiting to be written."""
+
+    claim: Claim
+    ok: bool
+    result: Any = None
+    error: BaseException | str | None = None
+    retry_in: float | None = None
+    run_time: float | None = None
+    timed_out: bool = False
+
+
+@dataclass(eq=False)
+class Running:
+    """A claim held from the claim until its outcome is written (or it is given up)."""
+
+    claim: Claim
+    context: JobContext
+    task: Task | None
+    lease: float
+    # When the lease surely ends by this worker's monotonic clock: the time the claim or
+    # last heartbeat was *sent*, plus the lease. The server started its lease later.
+    deadline: float
+    needs_extend: bool = False  # its task's lease differs from the one it was claimed with
+    handler: asyncio.Task[None] | None = None
+    thread: concurrent.futures.Future[Any] | None = None
+    started: float | None = None  # monotonic, when the handler started
+    lost: bool = False
+    released: bool = False
+    finished: bool = False
+    awaiting_write: bool = False
+    stop_reason: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.lost or self.released
+
+
+@dataclass(eq=False)
+class HeldJobs:
+    concurrency: int
+    by_token: dict[uuid.UUID, Running] = field(default_factory=dict)
+    executing: int = 0
+    # Sync handlers whose job is over (timed out, lost, released) but whose thread still
+    # runs: each keeps a slot, so no job is claimed that has no thread to run on.
+    stray_threads: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+    unwritten: int = 0  # outcomes recorded and not yet written (queued or in flight)
+    # Set while the heartbeat reaches the database; the producer claims only then.
+    heartbeat_ok: asyncio.Event = field(default_factory=asyncio.Event)
+    slot_free: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    all_written: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.heartbeat_ok.set()
+        self.all_written.set()
+
+    def __len__(self) -> int:
+        return len(self.by_token)
+
+    def __iter__(self) -> Iterator[Running]:
+        return iter(list(self.by_token.values()))
+
+    def get(self, token: uuid.UUID) -> Running | None:
+        return self.by_token.get(token)
+
+    def free_slots(self) -> int:
+        """Jobs the producer may claim now. Finished jobs whose outcome waits to be
+        written hold their claim; up to `concurrency` of them may wait, past that
+        claiming more would only grow a backlog of running rows."""
+        return min(
+            self.concurrency - self.executing - self.stray_threads,
+            2 * self.concurrency - len(self.by_token),
+        )
+
+    def add(self, running: Running) -> None:
+        self.by_token[running.claim.token] = running
+        self.executing += 1
+        if running.needs_extend:
+            self.changed.set()
+
+    def handler_ended(self, running: Running, outcome: Outcome | None) -> None:
+        """The executor is done with a claim: its outcome is to be written, or (lost,
+        released, cancelled) the claim is dropped with nothing to write."""
+        running.finished = True
+        self.executing -= 1
+        self.slot_free.set()
+        if outcome is None:
+            self.forget(running)
+            return
+        running.awaiting_write = True
+        self.unwritten += 1
+        self.outcomes.append(outcome)
+        self.all_written.clear()
+        self.outcome_ready.set()
+
+    def take_outcomes(self, limit: int) -> list[Outcome]:
+        batch, self.outcomes = self.outcomes[:limit], self.outcomes[limit:]
+        return batch
+
+    def put_back(self, outcomes: list[Outcome]) -> None:
+        """A write that raised: its outcomes go first in line again."""
+        self.outcomes[:0] = outcomes
+
+    def forget(self, running: Running) -> None:
+        self.by_token.pop(running.claim.token, None)
+        self.slot_free.set()
+        if running.awaiting_write:
+            running.awaiting_write = False
+            self.unwritten -= 1
+            if not self.unwritten:
+                self.all_written.set()
+
+    def thread_strayed(self) -> None:
+        self.stray_threads += 1
+
+    def thread_returned(self) -> None:
+        self.stray_threads -= 1
+        self.slot_free.set()
+
+    def lose(self, running: Running, reason: str) -> bool:
+        """Tell a handler its claim is gone ('lost', 'fenced', 'cancelled'). True if it
+        was still running and is now told to stop."""
+        if running.lost or running.finished:
+            return False
+        running.lost = True
+        running.stop_reason = reason
+        running.context._signal_stop(reason)
+        if running.handler is not None and not running.handler.done():
+            running.handler.cancel()
+        return True
+
+    def shortest_lease(self, default: float) -> float:
+        return min((r.lease for r in self.by_token.values()), default=default)
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()

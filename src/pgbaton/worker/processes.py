@@ -1,0 +1,171 @@
+"""Several worker processes under one supervisor (`pgbaton worker --processes N`).
+
+Each child is `python -m pgbaton.worker.processes`, started in a session of its own and
+handed its settings (the DSN and its password included) as JSON on its standard input,
+never on a command line that `ps` shows. Signals reach the children only through the
+supervisor, once each: a SIGTERM sent to the whole process group (systemd, Ctrl-C) gives
+each child one graceful stop with the full grace; a second one stops them at once. A
+child that dies is restarted with backoff; one that keeps dying stops the supervisor.
+When the supervisor dies, its children see their standard input close and stop.
+
+Exit status: 0 after a clean stop, 1 when a child crashed and could not be kept up, or
+when any child's last exit was not clean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from ..app import App
+from .config import WorkerConfig
+
+logger = logging.getLogger("pgbaton.worker")
+
+RESTART_START_SECONDS = 0.5
+RESTART_MAX_SECONDS = 30.0
+CRASH_LIMIT = 5  # crashes of one child within CRASH_WINDOW end the supervisor
+CRASH_WINDOW = 60.0
+
+
+def load_app(spec: str) -> App:
+    """MODULE:ATTRIBUTE to the App it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myproject.jobs:app)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise ValueError(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
+    return app
+
+
+@dataclasses.dataclass
+class _Child:
+    slot: int
+    process: subprocess.Popen[bytes]
+    crashes: list[float] = dataclasses.field(default_factory=list)
+    restart_at: float | None = None
+
+
+class ProcessSupervisor:
+    def __init__(self, app_spec: str, schema: str, config: WorkerConfig) -> None:
+        self.app_spec = app_spec
+        self.schema = schema
+        self.config = config
+        self.children: list[_Child] = []
+        self.signals = 0
+        self.crashed = False
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        settings = dataclasses.asdict(self.config)
+        settings.update(processes=1, worker_id=None)
+        payload = json.dumps({"app": self.app_spec, "schema": self.schema,
+                              "config": settings})
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pgbaton.worker.processes"],
+            stdin=subprocess.PIPE, start_new_session=True,
+        )
+        assert child.stdin is not None
+        child.stdin.write(payload.encode() + b"\n")
+        child.stdin.flush()  # kept open: its closing tells the child we are gone
+        return child
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.signals += 1
+        if self.signals > 2:
+            return
+        logger.info("supervisor: %s stop for %d worker processes",
+                    "graceful" if self.signals == 1 else "immediate", len(self.children))
+        for child in self.children:
+            if child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.children = [_Child(slot, self._spawn()) for slot in range(self.config.processes)]
+        logger.info("supervisor %d: started %d worker processes: %s", os.getpid(),
+                    len(self.children), [c.process.pid for c in self.children])
+        while True:
+            now = time.monotonic()
+            alive = 0
+            for child in self.children:
+                status = child.process.poll()
+                if status is None:
+                    alive += 1
+                    continue
+                if self.signals or self.crashed:
+                    continue  # stopping: it is meant to end
+                if child.restart_at is None:
+                    self._crashed(child, status, now)
+                    alive += 1  # to be restarted
+                elif now >= child.restart_at:
+                    child.restart_at = None
+                    child.process = self._spawn()
+                    logger.warning("supervisor: restarted worker process %d as pid %d",
+                                   child.slot, child.process.pid)
+                    alive += 1
+                else:
+                    alive += 1
+            if not alive:
+                break
+            time.sleep(0.1)
+        statuses = [c.process.returncode for c in self.children]
+        clean = not self.crashed and all(s == 0 for s in statuses)
+        logger.info("supervisor: every worker process has ended (%s): exit %d",
+                    statuses, 0 if clean else 1)
+        return 0 if clean else 1
+
+    def _crashed(self, child: _Child, status: int, now: float) -> None:
+        how = f"signal {-status}" if status < 0 else f"status {status}"
+        child.crashes = [t for t in child.crashes if t > now - CRASH_WINDOW] + [now]
+        if len(child.crashes) >= CRASH_LIMIT:
+            logger.critical(
+                "supervisor: worker process %d died %d times within %g s (last: %s); "
+                "stopping every worker process", child.slot, len(child.crashes),
+                CRASH_WINDOW, how,
+            )
+            self.crashed = True
+            self._on_signal(signal.SIGTERM, None)
+            return
+        delay = min(RESTART_START_SECONDS * 2 ** (len(child.crashes) - 1),
+                    RESTART_MAX_SECONDS)
+        logger.error("supervisor: worker process %d (pid %d) died with %s; restarting it "
+                     "in %.1f s", child.slot, child.process.pid, how, delay)
+        child.restart_at = now + delay
+
+
+def _child_main() -> int:
+    """A child: read its settings from stdin, run one worker, stop when told or when
+    the supervisor's end of stdin closes."""
+    from . import run_worker
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings: dict[str, Any] = json.loads(sys.stdin.readline())
+    app = load_app(settings["app"])
+    config = WorkerConfig(**settings["config"])
+    app.configure(dsn=config.dsn, schema=settings["schema"])
+
+    def watch_parent() -> None:
+        sys.stdin.read()  # returns at EOF: the supervisor is gone
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, name="pgbaton-parent-watch", daemon=True).start()
+    return run_worker(app, config)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

@@ -1,0 +1,92 @@
+"""Claims as many jobs as there are free slots, in one SKIP LOCKED statement; sleeps
+until a slot frees, a NOTIFY arrives or the poll interval passes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+
+from .._base import Claim
+from ..queue_async import AsyncQueue
+from .held import HeldJobs
+from .supervisor import is_transient
+
+logger = logging.getLogger("pgbaton.worker")
+
+RETRY_START_SECONDS = 0.1
+RETRY_MAX_SECONDS = 5.0
+
+
+class Producer:
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        held: HeldJobs,
+        *,
+        worker_id: str,
+        lease: float,
+        queues: list[str] | None,
+        poll_interval: float,
+        start: Callable[[list[Claim], float], None],
+        stopping: asyncio.Event,
+    ) -> None:
+        self.queue = queue
+        self.held = held
+        self.worker_id = worker_id
+        self.lease = lease
+        self.queues = queues
+        self.poll_interval = poll_interval
+        self._start = start
+        self._stopping = stopping
+        self.wakeup = asyncio.Event()
+
+    def wake(self) -> None:
+        self.wakeup.set()
+
+    async def run(self) -> None:
+        """Claim until the worker stops."""
+        delay = RETRY_START_SECONDS
+        while not self._stopping.is_set():
+            if not self.held.heartbeat_ok.is_set():
+                # The database may not see our heartbeats: claim nothing we may not keep.
+                await self._until(self.held.heartbeat_ok, self.poll_interval)
+                continue
+            free = self.held.free_slots()
+            if free <= 0:
+                self.held.slot_free.clear()
+                await self._until(self.held.slot_free)
+                continue
+            # Cleared before the claim: a NOTIFY that lands during it wakes the next wait.
+            self.wakeup.clear()
+            sent = self.held.now()
+            try:
+                claims = await self.queue.claim(
+                    self.worker_id, limit=free, lease=self.lease, queues=self.queues
+                )
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                logger.warning("claim failed (%s); retrying in %.1f s", error, delay)
+                await self._until(self._stopping, delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                continue
+            delay = RETRY_START_SECONDS
+            if claims:
+                self._start(claims, sent)
+            if len(claims) < free:
+                poll = self.poll_interval * random.uniform(0.8, 1.0)
+                await self._until(self.wakeup, poll)
+
+    async def _until(self, event: asyncio.Event, timeout: float | None = None) -> None:
+        """Wait for event or timeout. Stopping sets every event the producer waits on
+        (Worker.request_stop), so no wait outlasts it by more than the poll interval."""
+        if self._stopping.is_set():
+            return
+        if timeout is None:
+            await event.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
