@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 
 import psycopg
@@ -29,9 +30,15 @@ CREATE TABLE IF NOT EXISTS "{schema}".effects (
 """
 
 
+def effects_dsn() -> str:
+    """Where effects are written: straight to the server, even when the worker itself
+    reaches it through a proxy the test may cut."""
+    return os.environ.get("PGBATON_EFFECTS_DSN") or app.dsn
+
+
 def record(context: pgbaton.JobContext | None, what: str, job_id: int | None = None) -> None:
     """Write one effect row on a connection of its own, committed at once."""
-    with psycopg.connect(app.dsn, autocommit=True) as conn:
+    with psycopg.connect(effects_dsn(), autocommit=True) as conn:
         conn.execute(
             f'INSERT INTO "{SCHEMA}".effects (job_id, attempt, worker_pid, what)'
             " VALUES (%s, %s, %s, %s)",
@@ -100,7 +107,7 @@ async def every_second(context: pgbaton.JobContext) -> None:
 
 
 def effect_exists(job_id: int, what: str, min_attempt: int = 0) -> bool:
-    with psycopg.connect(app.dsn, autocommit=True) as conn:
+    with psycopg.connect(effects_dsn(), autocommit=True) as conn:
         row = conn.execute(
             f'SELECT 1 FROM "{SCHEMA}".effects'
             " WHERE job_id = %s AND what = %s AND coalesce(attempt, 0) >= %s",
@@ -125,3 +132,74 @@ async def stall_first_attempt(context: pgbaton.JobContext) -> str:
             await asyncio.sleep(0.05)
         await asyncio.to_thread(record, context, "end")
     return f"attempt {context.attempt} by pid {os.getpid()}"
+
+
+# -- hostile handlers: each must end as one failed attempt, never as a stuck worker ------
+
+@app.task(max_attempts=2, retry=pgbaton.Backoff(base=0.01, cap=0.01))
+async def returns_a_set(kind: str = "set") -> object:
+    """Returns a value JSON cannot hold."""
+    return {1, 2} if kind == "set" else object()
+
+
+def _raising_policy(attempt: int) -> float:
+    raise ZeroDivisionError("the retry policy divides by zero")
+
+
+@app.task(max_attempts=3, retry=_raising_policy)
+async def fails_with_bad_policy() -> None:
+    raise ValueError("first failure")
+
+
+@app.task(max_attempts=1)
+def sync_exits(code: int = 3) -> None:
+    """sys.exit() in a sync handler (a thread of the pool)."""
+    sys.exit(code)
+
+
+@app.task(max_attempts=1)
+async def async_exits(how: str = "exit") -> None:
+    """SystemExit, KeyboardInterrupt or a CancelledError of its own in an async handler."""
+    await asyncio.sleep(0)
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    if how == "cancelled":
+        raise asyncio.CancelledError
+    sys.exit("handler asked to exit")
+
+
+@app.task(pass_context=True, lease=1)
+async def short_lease(context: pgbaton.JobContext, seconds: float = 3.0) -> str:
+    """A task whose lease is far shorter than the worker's: the heartbeat must follow it."""
+    await asyncio.to_thread(record, context, "start")
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(record, context, "end")
+    return "ok"
+
+
+@app.task(pass_context=True, timeout=0.3, max_attempts=1)
+def ignores_stop(context: pgbaton.JobContext, seconds: float = 2.0) -> None:
+    """A sync handler that outlives its timeout without looking at should_stop."""
+    record(context, "start")
+    time.sleep(seconds)
+    record(context, "thread-returned")
+
+
+@app.task(pass_context=True)
+async def blocks_loop(context: pgbaton.JobContext, seconds: float = 1.0) -> None:
+    """time.sleep in an async def: the whole loop stops."""
+    await asyncio.to_thread(record, context, "start")
+    time.sleep(seconds)
+
+
+@app.task(pass_context=True)
+async def long_async(context: pgbaton.JobContext, seconds: float = 30.0) -> str:
+    """Async work that records when it is cancelled."""
+    await asyncio.to_thread(record, context, "start")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        await asyncio.shield(asyncio.to_thread(record, context, f"cancelled:{context.stop_reason}"))
+        raise
+    await asyncio.to_thread(record, context, "end")
+    return "ok"
