@@ -18,8 +18,10 @@ from .errors import (
     ServerTooOld,
     UnknownTask,
 )
+from .events import Event
 from .queue import Queue
 from .queue_async import AsyncQueue
+from .worker import Worker, WorkerConfig
 
 __all__ = [
     "App",
@@ -28,6 +30,7 @@ __all__ = [
     "Claim",
     "ConfigurationError",
     "ConnectionFailed",
+    "Event",
     "InvalidArgument",
     "Job",
     "JobContext",
@@ -44,6 +47,8 @@ __all__ = [
     "ServerTooOld",
     "Task",
     "UnknownTask",
+    "Worker",
+    "WorkerConfig",
     "schema_sql",
     "schema_version",
 ]

@@ -337,6 +337,7 @@ class Claim:
     lease_until: dt.datetime
     created_at: dt.datetime
     job_idempotency_key: str | None = field(default=None, repr=False)
+    run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
 
     @property
     def idempotency_key(self) -> str:
@@ -358,6 +359,7 @@ class Claim:
             lease_until=row["lease_until"],
             created_at=row["created_at"],
             job_idempotency_key=row["idempotency_key"],
+            run_at=row.get("run_at"),
         )
 
 

@@ -82,19 +82,24 @@ def start_worker(
     """Start `pgbaton worker` processes for the test app; every one is killed at teardown."""
     started: list[WorkerProcess] = []
 
-    def start(*options: str, dsn_override: str | None = None) -> WorkerProcess:
+    def start(
+        *options: str, dsn_override: str | None = None, new_session: bool = False,
+        env_extra: dict[str, str] | None = None,
+    ) -> WorkerProcess:
         log_path = tmp_path / f"worker-{len(started)}.log"
         env = {
             **os.environ,
             "PGBATON_DSN": dsn_override or dsn,
             "PGBATON_TEST_SCHEMA": app_schema,
             "PYTHONPATH": str(ROOT),
+            **(env_extra or {}),
         }
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "pgbaton", "worker", APP_SPEC, "--schema", app_schema,
                  *options],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                start_new_session=new_session,
             )
         worker = WorkerProcess(process, log_path)
         started.append(worker)

@@ -273,9 +273,8 @@ class Worker:
         if outcome is not None and not outcome.ok:
             error = outcome.error
         queue_time = None
-        run_at = getattr(claim, "run_at", None)
-        if name == "job.started" and isinstance(run_at, dt.datetime):
-            queue_time = (dt.datetime.now(dt.UTC) - run_at).total_seconds()
+        if name == "job.started" and claim is not None and claim.run_at is not None:
+            queue_time = max(0.0, (dt.datetime.now(dt.UTC) - claim.run_at).total_seconds())
         self.events.emit(Event(
             name,
             at=time.time(),
@@ -311,24 +310,30 @@ class Worker:
         threads = [asyncio.wrap_future(r.thread) for r in unfinished if r.thread is not None]
         if threads and not self._forced.is_set():
             await asyncio.wait(threads, timeout=SYNC_STOP_GRACE_SECONDS)
-        if self.supervisor.tasks["completer"].done():
-            await self.supervisor.stop("completer")
-        else:
+        if not self.supervisor.tasks["completer"].done():
             await self._until_forced(self.held.all_written.wait(),
                                      self.config.shutdown_grace)
-        if unfinished:
-            try:
-                released = await asyncio.wait_for(
-                    self.queue.release_many([r.claim for r in unfinished]),
-                    FORCED_STOP_SECONDS if self._forced.is_set() else None,
-                )
-                self.stats["released"] += sum(released)
-                for running, ok in zip(unfinished, released, strict=True):
-                    if ok:
-                        self._notify("job.released", running)
-            except Exception as error:
-                logger.warning("could not release %d jobs (%s): their leases will expire",
-                               len(unfinished), error)
+        await self.supervisor.stop("completer")
+        # Whatever is still held now (released handlers, and outcomes the completer could
+        # not write) goes back to pending without spending an attempt.
+        leftover = [*unfinished, *(r for r in self.held if r not in unfinished)]
+        if leftover:
+            await self._release(leftover)
+
+    async def _release(self, runnings: list[Running]) -> None:
+        try:
+            released = await asyncio.wait_for(
+                self.queue.release_many([r.claim for r in runnings]),
+                FORCED_STOP_SECONDS if self._forced.is_set() else None,
+            )
+        except Exception as error:
+            logger.warning("could not release %d jobs (%s): their leases will expire",
+                           len(runnings), error)
+            return
+        self.stats["released"] += sum(released)
+        for running, ok in zip(runnings, released, strict=True):
+            if ok:
+                self._notify("job.released", running)
 
     async def _wait_handlers(self) -> None:
         handlers = [r.handler for r in self.held if r.handler and not r.handler.done()]
