@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import psycopg
+import psycopg.conninfo
 import pytest
 
 import pgbaton
@@ -17,6 +18,8 @@ from pgbaton.worker import Worker, WorkerConfig
 from pgbaton.worker.supervisor import Supervisor
 from tests.runtime import app_under_test as tasks
 from tests.runtime.conftest import scalar, wait_until
+from tests.runtime.proxy import PausableProxy
+from tests.runtime.test_hostile import overlapping_attempts
 
 
 async def test_a_part_that_keeps_failing_is_given_up():
@@ -218,3 +221,47 @@ def test_supervisor_gives_up_on_a_child_that_keeps_dying(start_worker, db, app_s
         time.sleep(0.2)
     assert supervisor.process.wait(30) == 1
     assert "stopping every worker process" in supervisor.log()
+
+
+def test_a_worker_cut_off_from_the_database_fences_itself(
+    start_worker, db, app_schema, dsn
+):
+    """Worker A reaches PostgreSQL through a proxy that goes silent for longer than A's
+    lease. A's running handler is told to stop by the end of its lease, before worker B
+    (direct, with the reaper) starts the job again; a job A finished during the silence
+    is redone by B, and A's late completion of it is refused once the link heals."""
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    proxy = PausableProxy(info.get("host") or "127.0.0.1", int(info.get("port") or 5432))
+    try:
+        proxied = psycopg.conninfo.make_conninfo(dsn, host="127.0.0.1", port=proxy.port)
+        a = start_worker("--lease", "2", "--no-maintenance", "--concurrency", "2",
+                         dsn_override=proxied, env_extra={"PGBATON_EFFECTS_DSN": dsn})
+        long_job = tasks.long_async.enqueue({"seconds": 6})
+        short_job = tasks.long_async.enqueue({"seconds": 1})
+        wait_until(lambda: scalar(db, "SELECT count(*) FROM effects WHERE what = 'start'"
+                                  " AND worker_pid = %s", a.pid) == 2, 15, "A started both")
+        proxy.pause()
+        b = start_worker("--lease", "5", "--poll-interval", "0.2")
+        wait_until(
+            lambda: scalar(db, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status ="
+                           " 'done'", [long_job, short_job]) == 2,
+            60, "B finished both jobs",
+        )
+        fenced = db.execute(
+            "SELECT at FROM effects WHERE job_id = %s AND worker_pid = %s"
+            " AND what = 'cancelled:fenced'", (long_job, a.pid),
+        ).fetchone()
+        assert fenced is not None, a.log()
+        b_started = scalar(db, "SELECT at FROM effects WHERE job_id = %s AND what = 'start'"
+                           " AND worker_pid = %s", long_job, b.pid)
+        assert fenced["at"] < b_started  # A had stopped before B began
+        assert scalar(db, "SELECT count(*) FROM effects WHERE worker_pid = %s AND what ="
+                      " 'end' AND job_id = %s", a.pid, long_job) == 0
+        proxy.resume()
+        a.wait_for_log(f"job {short_job}: completion refused", timeout=30)
+        rows = db.execute("SELECT id, status, worker_id, attempts FROM jobs WHERE id ="
+                          " ANY(%s)", ([long_job, short_job],)).fetchall()
+        assert all(r["status"] == "done" and f":{b.pid}:" in r["worker_id"] for r in rows)
+        assert overlapping_attempts(db) == []
+    finally:
+        proxy.close()

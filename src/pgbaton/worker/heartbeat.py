@@ -23,7 +23,10 @@ from .supervisor import is_transient
 
 logger = logging.getLogger("pgbaton.worker")
 
-FENCE_CHECK_FRACTION = 0.1  # of the shortest lease held: how often deadlines are checked
+# A handler is told to stop this share of its lease *before* the lease runs out by this
+# worker's clock, so that it has stopped by the time another worker may start the job.
+FENCE_MARGIN_FRACTION = 0.2
+FENCE_IDLE_SECONDS = 1.0
 
 
 class Heartbeat:
@@ -115,16 +118,22 @@ class Heartbeat:
                     self._notify("job.lost", running)
 
     async def fence(self) -> None:
-        """Tell handlers whose lease has run out by this worker's clock to stop."""
+        """Tell handlers whose lease is about to run out by this worker's clock to stop."""
         while True:
             now = self.held.now()
+            next_check = now + min(FENCE_IDLE_SECONDS,
+                                   0.1 * self.held.shortest_lease(self.default_lease))
             for running in self.held:
-                if now >= running.deadline and self.held.lose(running, "fenced"):
+                if running.finished or running.lost:
+                    continue
+                fence_at = running.deadline - FENCE_MARGIN_FRACTION * running.lease
+                if now < fence_at:
+                    next_check = min(next_check, fence_at)
+                elif self.held.lose(running, "fenced"):
                     logger.warning(
-                        "job %s: its lease ran out while the heartbeat could not reach the "
-                        "database; another worker may own it now, so its handler is told "
-                        "to stop", running.claim.id,
+                        "job %s: its lease is running out and the heartbeat cannot reach "
+                        "the database; another worker may take the job, so its handler is "
+                        "told to stop", running.claim.id,
                     )
                     self._notify("worker.fenced", running)
-            await asyncio.sleep(self.held.shortest_lease(self.default_lease)
-                                * FENCE_CHECK_FRACTION)
+            await asyncio.sleep(max(0.01, next_check - now))
