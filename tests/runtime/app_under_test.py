@@ -203,3 +203,8 @@ async def long_async(context: pgbaton.JobContext, seconds: float = 30.0) -> str:
         raise
     await asyncio.to_thread(record, context, "end")
     return "ok"
+
+
+@app.task
+async def noop() -> None:
+    """Nothing at all: the bulk of a soak."""

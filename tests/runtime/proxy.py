@@ -6,6 +6,7 @@ both ends it looks like a network that went silent, not one that refused or rese
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import threading
@@ -35,10 +36,8 @@ class PausableProxy:
         self._closed.set()
         self.running.set()
         for sock in [self.listener, *self._sockets]:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     def _accept(self) -> None:
         while not self._closed.is_set():
