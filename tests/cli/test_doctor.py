@@ -1,4 +1,4 @@
-"""`pgbaton doctor` run as a user runs it, against a live schema with one problem seeded
+"""`pgbaton doctor` run as a user runs it, against a live schema with one problem made
 at a time: each problem must come out as a failing finding with its evidence and exit 1,
 and a healthy install must pass."""
 
@@ -205,7 +205,7 @@ def test_queue_lag_fails_past_the_limit(queue: pgbaton.Queue, dsn, schema):
 def test_dead_rows_are_a_warning_that_does_not_fail(queue: pgbaton.Queue, db, dsn, schema):
     """A jobs table that is mostly dead row versions gives a jobs_table_vacuum warning
     with the counts as evidence, and the exit status stays 0."""
-    # Autovacuum off on the table so that it cannot clean up between seeding and checking.
+    # Autovacuum off on the table so that it cannot clean up between filling and checking.
     db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
     db.execute("INSERT INTO jobs (task) SELECT 'old' FROM generate_series(1, 3000)")
     db.execute("DELETE FROM jobs WHERE id > 100")
