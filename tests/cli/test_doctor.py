@@ -319,7 +319,7 @@ def test_unreachable_server_is_one_clear_line():
     )
 
     assert status == 1
-    assert output is None or output == ""
+    assert output == ""
     assert stderr.startswith(
         f"pgbaton: error: cannot connect to PostgreSQL at postgresql://nobody:***@127.0.0.1:{port}"
     )
