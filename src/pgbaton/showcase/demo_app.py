@@ -25,8 +25,7 @@ async def _record(context: JobContext, what: str) -> None:
     global _connection  # noqa: PLW0603 - one connection per worker process, made on first use
     if _connection is None or _connection.closed:
         _connection = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
-        # The demo's own bookkeeping need not wait for the disk; pgbaton's writes do.
-        await _connection.execute("SET synchronous_commit = off")
+        await _connection.execute(SQL["demo_effects_session_setup"])
     await _connection.execute(SQL["demo_effect_record"], {
         "job_id": context.job_id, "attempt": context.attempt, "worker_pid": os.getpid(),
         "what": what,

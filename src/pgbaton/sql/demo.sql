@@ -12,6 +12,10 @@ CREATE TABLE IF NOT EXISTS __schema__.demo_effects (
     at         timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- name: demo_effects_session_setup
+-- The demo's own bookkeeping need not wait for the disk; pgbaton's writes do.
+SET synchronous_commit = off;
+
 -- name: demo_effect_record
 INSERT INTO __schema__.demo_effects (job_id, attempt, worker_pid, what)
 VALUES (%(job_id)s, %(attempt)s, %(worker_pid)s, %(what)s);
