@@ -335,8 +335,8 @@ def test_other_sessions_statements_are_shown_without_literals(queue, db, dsn, sc
     with psycopg.connect(dsn, application_name=f"secret-{schema}") as idle:
         idle.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         idle.execute(
-            f"SELECT '{secret}' AS password, $${secret}$$ AS token, 42 AS n"  # type: ignore[arg-type]
-            f" FROM \"{schema}\".jobs /* {secret} */"
+            f"SELECT '{secret}' AS password, $${secret}$$ AS token, 42 AS n,"  # type: ignore[arg-type]
+            f" E'\\'{secret}' AS quoted FROM \"{schema}\".jobs /* {secret} */"
         )
         pid = idle.info.backend_pid
         wait_for_state(db, pid, "idle in transaction")
@@ -346,7 +346,8 @@ def test_other_sessions_statements_are_shown_without_literals(queue, db, dsn, sc
         _, text, _ = run_doctor(dsn, schema, *limits, as_json=False)
 
     assert status == 1, stderr
-    shown = (f'last statement: SELECT ? AS password, ? AS token, ? AS n FROM "{schema}".jobs')
+    shown = (f"last statement: SELECT ? AS password, ? AS token, ? AS n, ? AS quoted "
+             f'FROM "{schema}".jobs')
     for name in ("idle_in_transaction", "old_transactions"):
         [line] = [line for line in finding(report, name)["evidence"] if f"pid {pid} " in line]
         assert line.endswith(shown), line
