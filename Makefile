@@ -23,6 +23,7 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests tools benchmarks
 	$(PY) -m mypy
 	$(PY) tools/async_to_sync.py --check
+	$(PY) tools/check_imports.py
 
 generate: $(VENV)/.installed
 	$(PY) tools/async_to_sync.py

@@ -6,7 +6,7 @@ enqueue and the enqueue-to-start latency. Prints figures; run it alone on a quie
 1. One round trip (SELECT 1) back to back, and after an idle pause like the latency
    case's: what waking up costs this machine before any queue does anything.
 2. One enqueue, peeled layer by layer, the layers taking turns call by call so that a
-   noisy second does not land on one of them: the raw-SQL loop's insert into the seed's table;
+   noisy second does not land on one of them: the raw-SQL loop's insert into the minimal jobs table;
    a plain insert into pgbaton's table (its columns, checks, indexes and NOTIFY
    trigger); pgbaton's job_insert statement on a bare connection; AsyncQueue.enqueue
    (checks and the connection pool); Task.enqueue_async (the App).
@@ -86,7 +86,7 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
         await cursor.fetchall()
 
     layers: dict[str, Callable[[], Awaitable[Any]]] = {
-        "raw SQL: seed table, one index": lambda: raw.execute(INSERT_ONE, (args,)),
+        "raw SQL: minimal table, one index": lambda: raw.execute(INSERT_ONE, (args,)),
         "plain INSERT, pgbaton's table": lambda: raw.execute(
             f"INSERT INTO {SCHEMA}.jobs (task, args) VALUES ('noop', %s::jsonb)",  # type: ignore[arg-type]
             (args,),
@@ -104,7 +104,7 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
             before = time.perf_counter()
             await layers[name]()
             times[name].append(time.perf_counter() - before)
-    base = statistics.median(times["raw SQL: seed table, one index"])
+    base = statistics.median(times["raw SQL: minimal table, one index"])
     for name, samples in times.items():
         median = statistics.median(samples)
         print(f"   {name:32s} p50 {ms(median)}  {median / base:.2f}x the raw insert's time"

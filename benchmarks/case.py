@@ -189,12 +189,12 @@ async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
 
 async def claim_time(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """Claim latency (one LIMIT 1 claim per round trip, sequential) with `rows` finished
-    jobs in the table. The table is seeded once; each round then adds fresh pending jobs
+    jobs in the table. The table is filled once; each round then adds fresh pending jobs
     and times `claims` claims, so a round is one repeat."""
     rows, pending, claims, rounds = p["rows"], p["pending"], p["claims"], p["rounds"]
     started = time.perf_counter()
-    await system.seed_done(rows)
-    seeded = time.perf_counter() - started
+    await system.fill_done(rows)
+    filled = time.perf_counter() - started
     assert system.db is not None
     await system.db.execute("VACUUM ANALYZE")
     table_mb = await system.table_bytes() / MB
@@ -220,7 +220,7 @@ async def claim_time(system: System, p: dict[str, Any]) -> dict[str, Any]:
         p99.append(percentile(times, 0.99))
     return {
         "metrics": {"claim_p50_ms": p50, "claim_p99_ms": p99},
-        "info": {"seed_seconds": seeded, "table_mb": table_mb, "done_rows": rows},
+        "info": {"fill_seconds": filled, "table_mb": table_mb, "done_rows": rows},
     }
 
 

@@ -172,7 +172,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         "Each cell is the median of the repeats; ± is half their range as a percentage of "
         "the median (repeats: "
-        f"{plan['repeats']}; for claim time, rounds on one seeded table). A ratio is "
+        f"{plan['repeats']}; for claim time, rounds on one filled table). A ratio is "
         "pgbaton's median divided by the other's: above 1 is better for throughput, below "
         "1 is better for latency, memory and claim time. The best peer and the ceiling are "
         "chosen per row; the ceiling is the best of the raw-SQL loops. "
@@ -203,8 +203,8 @@ def render(results: dict[str, Any]) -> str:
         for r in claims:
             info = r["info"]
             lines.append(f"- {labels[r['system']]}, {info['done_rows']:,} done rows: table "
-                         f"{info['table_mb']:,.0f} MB with indexes, seeded in "
-                         f"{info['seed_seconds']:.1f} s.")
+                         f"{info['table_mb']:,.0f} MB with indexes, filled in "
+                         f"{info['fill_seconds']:.1f} s.")
         lines.append("")
     profile = results.get("profile")
     if profile:
@@ -253,11 +253,11 @@ harness in SQL on its own connection (awa: by its exact queue counters).
 - **Memory**: resident set size of the worker's process: idle = after the latency warm-up
   and one quiet second; under load = the peak, sampled every 50 ms, during the drain at
   the highest concurrency. The process also holds the harness's small client code.
-- **Claim time** (pgbaton and raw SQL): the table is seeded with N finished jobs by
+- **Claim time** (pgbaton and raw SQL): the table is filled with N finished jobs by
   generate_series and VACUUM ANALYZEd; each round adds {claim_pending} pending jobs,
   ANALYZEs, makes 10 untimed claims, then times {claims} sequential LIMIT 1 claims, each
-  one round trip (pgbaton through AsyncQueue.claim, raw SQL through the seed's statement).
-- **Raw SQL**: the seed's table, partial index, claim CTE and token-fenced completion, run
+  one round trip (pgbaton through AsyncQueue.claim, raw SQL through the bare SKIP LOCKED claim).
+- **Raw SQL**: the minimal jobs table, partial index, claim CTE and token-fenced completion, run
   by psycopg 3 loops with no library around them: the ceiling for this machine.\
 """
 

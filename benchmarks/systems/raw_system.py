@@ -1,7 +1,8 @@
-"""The ceiling: psycopg 3 loops running the seed's statements and nothing else.
+"""The ceiling: psycopg 3 loops running the bare SKIP LOCKED claim and fenced completion,
+and nothing else.
 
-The table is the seed's (plus an args column so that jobs carry the same payload as
-everywhere else). A loop claims with the seed's CTE (LIMIT 1 or LIMIT 100, FOR UPDATE
+The table is a minimal jobs table (plus an args column so that jobs carry the same payload as
+everywhere else). A loop claims with the bare SKIP LOCKED CTE (LIMIT 1 or LIMIT 100, FOR UPDATE
 SKIP LOCKED), calls the same no-op handler for each job, then completes the whole batch
 in one statement fenced by each job's claim token. New jobs send one NOTIFY per
 inserting statement (as pgbaton's trigger does) so that an idle loop wakes at once.
@@ -22,7 +23,7 @@ from .base import ALL_CASES, System, cancel_quietly
 
 CHANNEL = "raw_jobs"
 POLL_SECONDS = 1.0
-SEED_CHUNK = 1_000_000
+FILL_CHUNK = 1_000_000
 
 SCHEMA_SQL = f"""
 CREATE TABLE jobs (
@@ -45,7 +46,7 @@ CREATE TRIGGER jobs_notify AFTER INSERT ON jobs
     FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify();
 """
 
-# The seed's claim, word for word apart from the LIMIT parameter and the args returned.
+# The bare SKIP LOCKED claim, with the LIMIT as a parameter and the args returned.
 CLAIM = """
 WITH candidate AS (
   SELECT id
@@ -65,7 +66,7 @@ WHERE j.id = c.id
 RETURNING j.id, j.claim_token, j.attempts, j.args
 """
 
-# The seed's fenced completion, for a whole batch in one statement.
+# The token-fenced completion, for a whole batch in one statement.
 COMPLETE = """
 UPDATE jobs AS j
 SET status = 'done', claim_token = NULL, lease_until = NULL
@@ -86,8 +87,8 @@ class RawSQL(System):
     limit: ClassVar[int] = 1
     busy_poll: ClassVar[bool] = False
     settings = (
-        "no library: the seed's claim CTE and fenced completion on the seed's table with "
-        "its partial index; LISTEN/NOTIFY wake-up with a 1 s poll fallback; psycopg "
+        "no library: the bare SKIP LOCKED claim CTE and fenced completion on a minimal jobs "
+        "table with its partial index; LISTEN/NOTIFY wake-up with a 1 s poll fallback; psycopg "
         "prepares the statements after 5 uses (its default)."
     )
     unfinished_sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'running')"
@@ -186,10 +187,10 @@ class RawSQL(System):
 
     # -- the claim-time case ------------------------------------------------------------
 
-    async def seed_done(self, rows: int) -> None:
+    async def fill_done(self, rows: int) -> None:
         assert self.db is not None
-        for start in range(1, rows + 1, SEED_CHUNK):
-            end = min(start + SEED_CHUNK - 1, rows)
+        for start in range(1, rows + 1, FILL_CHUNK):
+            end = min(start + FILL_CHUNK - 1, rows)
             await self.db.execute(
                 """
                 INSERT INTO jobs (status, args, attempts, created_at)

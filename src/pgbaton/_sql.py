@@ -33,7 +33,7 @@ def _in_schema(text: str, schema: str) -> str:
     return text.replace(SCHEMA_PLACEHOLDER, f'"{check_schema_name(schema)}"')
 
 
-QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql")
+QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql")
 
 
 @functools.cache
@@ -90,6 +90,12 @@ def schema_version() -> int:
     return migrations()[-1].version
 
 
+def tables_sql(schema: str) -> str:
+    """schema.sql bound to one schema: the tables, indexes and functions, without the
+    schema itself or its version rows."""
+    return _in_schema(_read("schema.sql"), schema)
+
+
 def schema_sql(schema: str) -> str:
     """The whole current schema as DDL, for teams that run their own migrations: the
     schema, its tables, and the version rows that tell pgbaton it is current."""
@@ -97,7 +103,7 @@ def schema_sql(schema: str) -> str:
     versions = ", ".join(f"({m.version}, '{m.name}')" for m in migrations())
     return "\n\n".join([
         sql["schema_create"],
-        _in_schema(_read("schema.sql"), schema).strip(),
+        tables_sql(schema).strip(),
         sql["schema_version_create"],
         _in_schema(
             f"INSERT INTO __schema__.schema_version (version, name) VALUES {versions};", schema

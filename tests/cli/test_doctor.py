@@ -1,4 +1,4 @@
-"""`pgbaton doctor` run as a user runs it, against a live schema with one problem seeded
+"""`pgbaton doctor` run as a user runs it, against a live schema with one problem made
 at a time: each problem must come out as a failing finding with its evidence and exit 1,
 and a healthy install must pass."""
 
@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 import psycopg
@@ -18,8 +19,8 @@ from psycopg.rows import dict_row
 import pgbaton
 
 CHECKS = {
-    "schema_version", "claim_plan", "expired_leases", "queue_lag", "jobs_table_vacuum",
-    "idle_in_transaction", "old_transactions",
+    "schema_version", "schema_objects", "claim_plan", "expired_leases", "queue_lag",
+    "jobs_table_vacuum", "idle_in_transaction", "old_transactions",
 }
 
 
@@ -72,12 +73,20 @@ def test_healthy_install_passes(queue: pgbaton.Queue, db, dsn, schema):
     assert [f for f in report["findings"] if f["status"] == "fail"] == []
     plan = finding(report, "claim_plan")
     assert plan["status"] == "ok"
-    assert any("Index Scan using jobs_claimable on jobs" in line for line in plan["evidence"])
+    assert any("Index Scan using jobs_claimable on jobs" in line for line in plan["details"])
     assert finding(report, "queue_lag")["data"]["queues"]["default"]["running"] == 1
+    objects = finding(report, "schema_objects")
+    assert objects["status"] == "ok" and objects["data"]["problems"] == []
 
+    # When all is well the text report leaves the EXPLAIN out; --verbose shows it.
     status, text, _ = run_doctor(dsn, schema, as_json=False)
     assert status == 0
     assert "claim_plan" in text and "expired_leases" in text and "healthy" in text
+    assert "Index Scan using jobs_claimable" not in text
+    assert "EXPLAIN" not in text
+    status, verbose_text, _ = run_doctor(dsn, schema, "--verbose", as_json=False)
+    assert status == 0
+    assert "Index Scan using jobs_claimable on jobs" in verbose_text
     # The doctor changed nothing: the running claim is still held.
     assert db.execute("SELECT status, claim_token FROM jobs WHERE id = %s",
                       (second.id,)).fetchone() == {"status": "running",
@@ -97,20 +106,64 @@ def test_dropped_claim_index_fails_with_the_plan(queue: pgbaton.Queue, db, dsn, 
     plan = finding(report, "claim_plan")
     assert plan["status"] == "fail"
     assert f"index jobs_claimable: does not exist in schema {schema!r}" in plan["evidence"]
-    forced_at = plan["evidence"].index(
+    forced_at = plan["details"].index(
         "EXPLAIN with enable_seqscan = off (can the claim use the index at all?):"
     )
-    assert any("Seq Scan on jobs c" in line for line in plan["evidence"][forced_at:])
+    assert any("Seq Scan on jobs c" in line for line in plan["details"][forced_at:])
     assert plan["data"]["index_exists"] is False
     assert "no scan of jobs_claimable in the candidate CTE" in (
         plan["data"]["plan_without_seqscan"]["problems"]
     )
 
+    objects = finding(report, "schema_objects")
+    assert objects["status"] == "fail"
+    assert objects["data"]["problems"] == ["index jobs_claimable is missing"]
+
+    # A failing plan is shown in the text report without --verbose.
+    status, text, _ = run_doctor(dsn, schema, as_json=False)
+    assert status == 1
+    assert "EXPLAIN with enable_seqscan = off" in text and "Seq Scan on jobs" in text
+
     create = plan["advice"].split(": ", 1)[1]
-    assert create.startswith("CREATE INDEX CONCURRENTLY jobs_claimable ON ")
+    assert create == (
+        f'CREATE INDEX CONCURRENTLY jobs_claimable ON "{schema}".jobs USING btree '
+        "(priority DESC, run_at, id) WHERE (status = 'pending'::text)"
+    )
     db.execute(create)
     status, report, _ = run_doctor(dsn, schema)
     assert finding(report, "claim_plan")["status"] == "ok"
+    assert finding(report, "schema_objects")["status"] == "ok"
+    assert status == 0, report
+
+
+def test_changed_index_and_constraint_fail_schema_objects(queue, db, dsn, schema):
+    """An index rebuilt on other columns, a dropped CHECK constraint and a team's own
+    index are read from the catalogue: the first two fail schema_objects with the
+    statements that restore them, the third is listed and not judged."""
+    db.execute("DROP INDEX jobs_finished")
+    db.execute("CREATE INDEX jobs_finished ON jobs (created_at)")
+    db.execute("ALTER TABLE jobs DROP CONSTRAINT jobs_args_is_object")
+    db.execute("CREATE INDEX jobs_by_task ON jobs (task)")
+
+    status, report, stderr = run_doctor(dsn, schema)
+
+    assert status == 1, stderr
+    objects = finding(report, "schema_objects")
+    assert objects["status"] == "fail"
+    assert objects["data"]["problems"] == [
+        "index jobs_finished differs", "constraint jobs_args_is_object is missing",
+    ]
+    assert objects["data"]["other_indexes"] == ["jobs_by_task"]
+    assert "index jobs_finished: USING btree (created_at); expected USING btree " \
+        "(finished_at) WHERE (status = ANY (ARRAY['done'::text, 'failed'::text, " \
+        "'cancelled'::text]))" in objects["evidence"]
+    assert finding(report, "claim_plan")["status"] == "ok"
+
+    for statement in objects["advice"].split("; "):
+        db.execute(statement)
+    status, report, _ = run_doctor(dsn, schema)
+    assert finding(report, "schema_objects")["status"] == "ok"
+    assert status == 0, report
 
 
 def test_idle_in_transaction_session_fails_and_holds_back_vacuum(queue, db, dsn, schema):
@@ -205,7 +258,7 @@ def test_queue_lag_fails_past_the_limit(queue: pgbaton.Queue, dsn, schema):
 def test_dead_rows_are_a_warning_that_does_not_fail(queue: pgbaton.Queue, db, dsn, schema):
     """A jobs table that is mostly dead row versions gives a jobs_table_vacuum warning
     with the counts as evidence, and the exit status stays 0."""
-    # Autovacuum off on the table so that it cannot clean up between seeding and checking.
+    # Autovacuum off on the table so that it cannot clean up between filling and checking.
     db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
     db.execute("INSERT INTO jobs (task) SELECT 'old' FROM generate_series(1, 3000)")
     db.execute("DELETE FROM jobs WHERE id > 100")
@@ -266,9 +319,38 @@ def test_unreachable_server_is_one_clear_line():
     )
 
     assert status == 1
-    assert output is None or output == ""
+    assert output == ""
     assert stderr.startswith(
         f"pgbaton: error: cannot connect to PostgreSQL at postgresql://nobody:***@127.0.0.1:{port}"
     )
     assert len(stderr.strip().splitlines()) == 1
     assert "secret" not in stderr
+
+
+def test_other_sessions_statements_are_shown_without_literals(queue, db, dsn, schema):
+    """A session idle in a transaction whose last statement selected a secret string is
+    listed with that statement, but with every literal replaced by ?, in the JSON and
+    the text report alike."""
+    secret = f"secret-{uuid.uuid4().hex}"
+    with psycopg.connect(dsn, application_name=f"secret-{schema}") as idle:
+        idle.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        idle.execute(
+            f"SELECT '{secret}' AS password, $${secret}$$ AS token, 42 AS n,"  # type: ignore[arg-type]
+            f" E'\\'{secret}' AS quoted FROM \"{schema}\".jobs /* {secret} */"
+        )
+        pid = idle.info.backend_pid
+        wait_for_state(db, pid, "idle in transaction")
+        limits = ("--max-idle-in-transaction", "0", "--max-transaction-age", "0")
+
+        status, report, stderr = run_doctor(dsn, schema, *limits)
+        _, text, _ = run_doctor(dsn, schema, *limits, as_json=False)
+
+    assert status == 1, stderr
+    shown = (f"last statement: SELECT ? AS password, ? AS token, ? AS n, ? AS quoted "
+             f'FROM "{schema}".jobs')
+    for name in ("idle_in_transaction", "old_transactions"):
+        [line] = [line for line in finding(report, name)["evidence"] if f"pid {pid} " in line]
+        assert line.endswith(shown), line
+    assert secret not in json.dumps(report)
+    assert secret not in text
+    assert f"pid {pid} " in text

@@ -1,4 +1,4 @@
-"""`pgbaton lab` run as a user runs it: the seed's claim strategies measured side by side
+"""`pgbaton lab` run as a user runs it: five claim strategies measured side by side
 on a real PostgreSQL, with every number checked against the tables the run left behind."""
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true)
 -- name: doctor_idle_in_transaction
 -- Sessions of this database that opened a transaction and went quiet. state_change is
 -- when they went idle, as for PostgreSQL's own idle_in_transaction_session_timeout.
+-- last_query is other sessions' SQL, literals and all: the doctor shows it only with
+-- every literal removed (doctor/statements.py).
 SELECT a.pid,
        a.usename AS "user",
        a.application_name,
@@ -52,7 +54,7 @@ SELECT a.pid,
        extract(epoch FROM now() - a.xact_start)::float8 AS transaction_seconds,
        age(a.backend_xmin) AS xmin_age,
        a.backend_xid IS NOT NULL AS has_written,
-       left(regexp_replace(a.query, '\s+', ' ', 'g'), 120) AS last_query
+       a.query AS last_query
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.pid <> pg_backend_pid()
@@ -79,7 +81,7 @@ SELECT a.pid,
        extract(epoch FROM now() - a.xact_start)::float8 AS transaction_seconds,
        age(a.backend_xmin) AS xmin_age,
        age(a.backend_xid) AS xid_age,
-       left(regexp_replace(a.query, '\s+', ' ', 'g'), 120) AS last_query
+       a.query AS last_query
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.pid <> pg_backend_pid()
@@ -188,3 +190,26 @@ FROM (
 ) AS per_status
 GROUP BY queue
 ORDER BY queue;
+
+-- name: doctor_jobs_indexes
+-- A jobs table's indexes as the catalogue defines them. body is the definition from
+-- USING on, which does not name the table, so the live schema's indexes and those of a
+-- reference copy compare as they are.
+SELECT c.relname AS name,
+       i.indisunique AS is_unique,
+       i.indisvalid AS valid,
+       substr(d.definition, strpos(d.definition, ' USING ') + 1) AS body
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+CROSS JOIN LATERAL (SELECT pg_get_indexdef(i.indexrelid) AS definition) AS d
+WHERE i.indrelid = to_regclass(%(table)s)
+ORDER BY c.relname;
+
+-- name: doctor_jobs_constraints
+-- A jobs table's constraints (primary key, checks) as the catalogue defines them.
+SELECT con.conname AS name,
+       con.contype::text AS kind,
+       pg_get_constraintdef(con.oid) AS definition
+FROM pg_constraint AS con
+WHERE con.conrelid = to_regclass(%(table)s)
+ORDER BY con.conname;

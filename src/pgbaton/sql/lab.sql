@@ -1,7 +1,7 @@
 -- The statements of `pgbaton lab`, by name. Each strategy runs in a throw-away schema of
--- its own (__schema__) holding the seed's simple jobs table and an effects table, where
--- every "performance" of a job leaves one row: doubles are counted there, in SQL.
--- These tables are the seed's teaching table, not pgbaton's own schema.
+-- its own (__schema__) holding a minimal jobs table and an effects table, where every
+-- "performance" of a job leaves one row: doubles are counted there, in SQL.
+-- These are teaching tables that show the claim strategies bare, not pgbaton's schema.
 
 -- name: lab_schema_create
 CREATE SCHEMA __schema__;
@@ -18,7 +18,7 @@ CREATE TABLE __schema__.jobs (
 );
 
 -- name: lab_jobs_index_create
--- The seed's partial index: the claimable set stays small as jobs finish.
+-- The claim's partial index: the claimable set stays small as jobs finish.
 CREATE INDEX jobs_claimable ON __schema__.jobs (created_at, id) WHERE status = 'pending';
 
 -- name: lab_effects_create
@@ -45,7 +45,7 @@ DROP SCHEMA IF EXISTS __schema__ CASCADE;
 SELECT EXISTS (SELECT 1 FROM __schema__.jobs WHERE status = 'pending') AS pending;
 
 -- name: lab_naive_select
--- Strategies 1 and 2, step 1 (the seed's first version): read the oldest pending job.
+-- Strategies 1 and 2, step 1 (the first version anyone writes): read the oldest pending job.
 SELECT id FROM __schema__.jobs WHERE status = 'pending' ORDER BY created_at, id LIMIT 1;
 
 -- name: lab_naive_update
@@ -70,7 +70,7 @@ SELECT id FROM __schema__.jobs WHERE status = 'pending' ORDER BY created_at, id 
 FOR UPDATE;
 
 -- name: lab_skip_locked_claim
--- Strategies 4 and 5: the seed's claim, one statement and its own transaction.
+-- Strategies 4 and 5: the SKIP LOCKED claim, one statement and its own transaction.
 WITH candidate AS (
     SELECT id
     FROM __schema__.jobs
@@ -90,7 +90,7 @@ WHERE j.id = c.id
 RETURNING j.id, j.claim_token;
 
 -- name: lab_skip_locked_complete
--- Strategies 4 and 5: the seed's completion, guarded by the claim token.
+-- Strategies 4 and 5: the completion, guarded by the claim token.
 UPDATE __schema__.jobs AS j
 SET status = 'done', claim_token = NULL, lease_until = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)

@@ -9,21 +9,14 @@ import time
 
 import psycopg
 
-from .app import App
-from .context import JobContext
+from .. import _sql
+from ..app import App
+from ..context import JobContext
 
 SCHEMA = os.environ.get("PGBATON_DEMO_SCHEMA", "pgbaton_demo")
 app = App(schema=SCHEMA)
 
-EFFECTS_DDL = """
-CREATE TABLE IF NOT EXISTS "{schema}".demo_effects (
-    job_id     bigint NOT NULL,
-    attempt    int    NOT NULL,
-    worker_pid int    NOT NULL,
-    what       text   NOT NULL,
-    at         timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
+SQL = _sql.queries(SCHEMA)
 
 _connection: psycopg.AsyncConnection[object] | None = None
 
@@ -32,13 +25,11 @@ async def _record(context: JobContext, what: str) -> None:
     global _connection  # noqa: PLW0603 - one connection per worker process, made on first use
     if _connection is None or _connection.closed:
         _connection = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
-        # The demo's own bookkeeping need not wait for the disk; pgbaton's writes do.
-        await _connection.execute("SET synchronous_commit = off")
-    await _connection.execute(
-        f'INSERT INTO "{SCHEMA}".demo_effects (job_id, attempt, worker_pid, what)'
-        " VALUES (%s, %s, %s, %s)",
-        (context.job_id, context.attempt, os.getpid(), what),
-    )
+        await _connection.execute(SQL["demo_effects_session_setup"])
+    await _connection.execute(SQL["demo_effect_record"], {
+        "job_id": context.job_id, "attempt": context.attempt, "worker_pid": os.getpid(),
+        "what": what,
+    })
 
 
 @app.task(pass_context=True)
@@ -77,12 +68,10 @@ def _stall_until_someone_else_finishes(job_id: int, at_most: float) -> None:
     deadline = time.monotonic() + at_most
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            done = conn.execute(
-                f'SELECT 1 FROM "{SCHEMA}".demo_effects'
-                " WHERE job_id = %s AND attempt > 1 AND what = 'end'",
-                (job_id,),
+            row = conn.execute(
+                SQL["demo_effect_finished_by_another"], {"job_id": job_id}
             ).fetchone()
-            if done:
+            if row and row[0]:
                 time.sleep(0.2)  # and a moment more, for its completion to commit
                 return
             time.sleep(0.05)

@@ -1,4 +1,5 @@
-"""The seed's timeline, replayed on a real PostgreSQL with sub-second leases."""
+"""The crash-and-stall timeline (two workers, one stalls past its lease, a third reclaims its
+job), replayed on a real PostgreSQL with sub-second leases."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import pgbaton
 from tests.helpers import job_rows, wait_for_lease_to_pass
 
 
-def test_stalled_worker_is_fenced_out_and_table_ends_as_in_the_seed(queue: pgbaton.Queue, db):
+def test_stalled_worker_is_fenced_out_and_the_table_ends_as_expected(queue: pgbaton.Queue, db):
     """A claims job 1, B job 2, A stalls past its lease, C reclaims job 1 (attempts 2);
-    A's late completion changes nothing, C's is accepted, and the table matches the seed."""
+    A's late completion changes nothing, C's is accepted, and the table ends with job 1
+    done on attempt 2, job 2 running for B and job 3 pending."""
     ids = [queue.enqueue("send_email", {"to": f"user{n}"}) for n in (1, 2, 3)]
     assert ids == [1, 2, 3]
 

@@ -1,0 +1,111 @@
+"""Fail when the modules of src/pgbaton import each other in a circle.
+
+A circle makes the import order matter and the layers impossible to see: the core must
+never need the worker, the CLI or the demo that are built on it. grimp builds the graph
+of imports inside the package, counting imports inside functions (they still run,
+only later) but not those under `if TYPE_CHECKING:` (they never run). A circle is a
+strongly connected group of modules; each is reported with one import path around it.
+
+Usage: python tools/check_imports.py [PACKAGE]   (exit 1 when a circle is found)
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Iterable
+
+import grimp
+
+# Known circles, each broken at one named edge (importer, imported) until it is removed.
+# app.App.run_worker imports the worker, which imports app: the worker split (issue 17)
+# removes this edge, and then this set must be emptied.
+ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset({
+    ("pgbaton.app", "pgbaton.worker"),
+})
+
+
+def strongly_connected(
+    modules: Iterable[str], imports_of: dict[str, set[str]]
+) -> list[list[str]]:
+    """Tarjan's algorithm, iterative: the groups of modules that reach each other."""
+    index: dict[str, int] = {}
+    lowlink: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    groups: list[list[str]] = []
+    for root in sorted(modules):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = [(root, sorted(imports_of[root]))]
+        index[root] = lowlink[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, pending = work[-1]
+            if pending:
+                child = pending.pop()
+                if child not in index:
+                    index[child] = lowlink[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, sorted(imports_of[child])))
+                elif child in on_stack:
+                    lowlink[node] = min(lowlink[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                lowlink[parent] = min(lowlink[parent], lowlink[node])
+            if lowlink[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1 or node in imports_of[node]:
+                    groups.append(sorted(group))
+    return groups
+
+
+def describe(graph: grimp.ImportGraph, group: list[str]) -> str:
+    """One circle through the group's first module, with the line of each import."""
+    start = group[0]
+    back = [m for m in group if graph.direct_import_exists(importer=m, imported=start)]
+    chain = [start] if start in back else None
+    for last in back:
+        path = graph.find_shortest_chain(importer=start, imported=last)
+        if path is not None and (chain is None or len(path) < len(chain)):
+            chain = list(path)
+    assert chain is not None
+    ring = [*chain, start]
+    steps = []
+    for importer, imported in itertools.pairwise(ring):
+        details = graph.get_import_details(importer=importer, imported=imported)
+        where = f" (line {details[0]['line_number']})" if details else ""
+        steps.append(f"  {importer} imports {imported}{where}")
+    return "\n".join(steps)
+
+
+def main(package: str = "pgbaton") -> int:
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
+    for importer, imported in ALLOWED_EDGES:
+        if importer.split(".")[0] != package:
+            continue
+        if not graph.direct_import_exists(importer=importer, imported=imported):
+            print(f"check_imports: the allowed import {importer} -> {imported} is gone: "
+                  "remove it from ALLOWED_EDGES", file=sys.stderr)
+            return 1
+        graph.remove_import(importer=importer, imported=imported)
+    imports_of = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    circles = strongly_connected(graph.modules, imports_of)
+    for group in circles:
+        print(f"check_imports: an import circle among {', '.join(group)}:", file=sys.stderr)
+        print(describe(graph, group), file=sys.stderr)
+    return 1 if circles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:2]))
