@@ -25,6 +25,17 @@ from .queue_async import AsyncQueue
 if TYPE_CHECKING:
     from .worker import WorkerConfig
 
+# pgbaton.worker registers its run_worker here when it is imported (pgbaton's own
+# __init__ imports it), so that App.run_worker can start a worker while the App never
+# imports the worker: the worker depends on the App, not the other way round.
+WorkerRunner = Callable[..., int]
+_worker_runner: WorkerRunner | None = None
+
+
+def register_worker_runner(runner: WorkerRunner) -> None:
+    global _worker_runner  # noqa: PLW0603 (set once, by pgbaton.worker)
+    _worker_runner = runner
+
 
 RetryPolicy = Callable[[int], float]
 KeyFunction = Callable[..., Any]
@@ -283,8 +294,15 @@ class App:
 
         return register
 
-    def run_worker(self, config: WorkerConfig | None = None, **options: Any) -> int:
-        """Run a worker in this process until SIGTERM or SIGINT; returns an exit status."""
-        from .worker import WorkerConfig, run_worker
-
-        return run_worker(self, config or WorkerConfig(**options))
+    def run_worker(
+        self, config: WorkerConfig | None = None, *, app_spec: str | None = None,
+        **options: Any,
+    ) -> int:
+        """Run a worker in this process until SIGTERM or SIGINT; returns an exit status.
+        Options are WorkerConfig's fields. processes=N > 1 needs app_spec="MODULE:APP"
+        (each worker process imports the App by that name)."""
+        if _worker_runner is None:
+            raise ConfigurationError("import pgbaton.worker to run workers")
+        if config is not None and options:
+            raise InvalidArgument("give a WorkerConfig or its fields as keywords, not both")
+        return _worker_runner(self, config, app_spec, options)

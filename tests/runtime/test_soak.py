@@ -49,8 +49,8 @@ def timeout_role(dsn, db):
 
 
 @pytest.mark.slow
-def test_soak_of_hostile_handlers_under_cancelled_statements_and_locks(
-    start_worker, db, app_schema, dsn, timeout_role, queue  # noqa: PLR0917 (fixtures)
+def test_soak_of_hostile_handlers_under_cancelled_statements_and_locks(  # noqa: PLR0917
+    start_worker, db, app_schema, dsn, timeout_role, queue
 ):
     jobs = [
         {"task": task, "args": args}

@@ -2,69 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-import signal
-import threading
+from typing import Any
 
-from ..app import App
+from ..app import App, register_worker_runner
 from .config import WorkerConfig
-from .runner import FORCED_STOP_SECONDS, Worker
+from .run import run_worker
+from .runner import Worker
 
 __all__ = ["Worker", "WorkerConfig", "run_worker"]
 
-logger = logging.getLogger("pgbaton.worker")
 
 
-def run_worker(app: App, config: WorkerConfig, app_spec: str | None = None) -> int:
-    """Run until SIGTERM or SIGINT (a second one stops within a second, whatever is
-    stuck); returns an exit status: 0 after a clean stop, 1 when the worker failed.
-
-    With processes > 1 this process supervises that many worker processes, started from
-    app_spec (MODULE:ATTRIBUTE, as given to `pgbaton worker`).
-    """
-    if config.processes > 1:
-        if app_spec is None:
-            raise ValueError(
-                "several processes need the app as MODULE:ATTRIBUTE: run "
-                "`pgbaton worker MODULE:APP --processes N`, or pass app_spec"
-            )
-        from .processes import ProcessSupervisor
-
-        return ProcessSupervisor(app_spec, app.schema, config).run()
-    worker = Worker(app, config)
-    received = 0
-
-    async def main() -> int:
-        loop = asyncio.get_running_loop()
-
-        def on_signal(signum: int, _frame: object) -> None:
-            # A plain signal handler, not loop.add_signal_handler: it runs even while a
-            # handler blocks the loop, so a second signal always ends the process.
-            nonlocal received
-            received += 1
-            loop.call_soon_threadsafe(worker.request_stop)
-            if received == 2:
-                timer = threading.Timer(FORCED_STOP_SECONDS, _exit_now)
-                timer.daemon = True
-                timer.start()
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, on_signal)
-        return await worker.run()
-
-    status = asyncio.run(main())
-    if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
-           for t in threading.enumerate()):
-        # A sync handler still runs in a thread after its job was released; its result
-        # is discarded, so do not let the interpreter wait for it at exit.
-        logging.shutdown()
-        os._exit(status)
-    return status
+def _run_for_app(
+    app: App, config: WorkerConfig | None, app_spec: str | None, options: dict[str, Any]
+) -> int:
+    return run_worker(app, config or WorkerConfig(**options), app_spec=app_spec)
 
 
-def _exit_now() -> None:
-    logger.error("second stop request: exiting now")
-    logging.shutdown()
-    os._exit(1)
+register_worker_runner(_run_for_app)

@@ -42,6 +42,9 @@ class WorkerConfig:
     loop_block_fraction: float = 0.25
     worker_id: str | None = None
     dsn: str | None = None
+    # When set, the worker writes its final statistics there as JSON as it stops (the
+    # same counters as Worker.stats), for whoever started it as a process.
+    stats_path: str | None = None
 
     def __post_init__(self) -> None:
         for name in (

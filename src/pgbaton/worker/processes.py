@@ -1,6 +1,6 @@
 """Several worker processes under one supervisor (`pgbaton worker --processes N`).
 
-Each child is `python -m pgbaton.worker.processes`, started in a session of its own and
+Each child is `python -m pgbaton.worker.child`, started in a session of its own and
 handed its settings (the DSN and its password included) as JSON on its standard input,
 never on a command line that `ps` shows. Signals reach the children only through the
 supervisor, once each: a SIGTERM sent to the whole process group (systemd, Ctrl-C) gives
@@ -15,18 +15,14 @@ when any child's last exit was not clean.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import Any
 
-from ..app import App
 from .config import WorkerConfig
 
 logger = logging.getLogger("pgbaton.worker")
@@ -35,20 +31,6 @@ RESTART_START_SECONDS = 0.5
 RESTART_MAX_SECONDS = 30.0
 CRASH_LIMIT = 5  # crashes of one child within CRASH_WINDOW end the supervisor
 CRASH_WINDOW = 60.0
-
-
-def load_app(spec: str) -> App:
-    """MODULE:ATTRIBUTE to the App it names."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myproject.jobs:app)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise ValueError(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
-    return app
 
 
 @dataclasses.dataclass
@@ -68,13 +50,15 @@ class ProcessSupervisor:
         self.signals = 0
         self.crashed = False
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
         settings = dataclasses.asdict(self.config)
         settings.update(processes=1, worker_id=None)
+        if self.config.stats_path:
+            settings["stats_path"] = f"{self.config.stats_path}.{slot}"
         payload = json.dumps({"app": self.app_spec, "schema": self.schema,
                               "config": settings})
         child = subprocess.Popen(
-            [sys.executable, "-m", "pgbaton.worker.processes"],
+            [sys.executable, "-m", "pgbaton.worker.child"],
             stdin=subprocess.PIPE, start_new_session=True,
         )
         assert child.stdin is not None
@@ -95,7 +79,8 @@ class ProcessSupervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self.children = [_Child(slot, self._spawn()) for slot in range(self.config.processes)]
+        self.children = [_Child(slot, self._spawn(slot))
+                         for slot in range(self.config.processes)]
         logger.info("supervisor %d: started %d worker processes: %s", os.getpid(),
                     len(self.children), [c.process.pid for c in self.children])
         while True:
@@ -113,7 +98,7 @@ class ProcessSupervisor:
                     alive += 1  # to be restarted
                 elif now >= child.restart_at:
                     child.restart_at = None
-                    child.process = self._spawn()
+                    child.process = self._spawn(child.slot)
                     logger.warning("supervisor: restarted worker process %d as pid %d",
                                    child.slot, child.process.pid)
                     alive += 1
@@ -145,27 +130,3 @@ class ProcessSupervisor:
         logger.error("supervisor: worker process %d (pid %d) died with %s; restarting it "
                      "in %.1f s", child.slot, child.process.pid, how, delay)
         child.restart_at = now + delay
-
-
-def _child_main() -> int:
-    """A child: read its settings from stdin, run one worker, stop when told or when
-    the supervisor's end of stdin closes."""
-    from . import run_worker
-
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings: dict[str, Any] = json.loads(sys.stdin.readline())
-    app = load_app(settings["app"])
-    config = WorkerConfig(**settings["config"])
-    app.configure(dsn=config.dsn, schema=settings["schema"])
-
-    def watch_parent() -> None:
-        sys.stdin.read()  # returns at EOF: the supervisor is gone
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch_parent, name="pgbaton-parent-watch", daemon=True).start()
-    return run_worker(app, config)
-
-
-if __name__ == "__main__":
-    sys.exit(_child_main())

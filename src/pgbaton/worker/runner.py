@@ -137,8 +137,18 @@ class Worker:
             await self.queue.close()
             self._notify("worker.stopped", None, detail=dict(self.stats))
             self.events.flush(timeout=2.0)
+            if self.config.stats_path:
+                self._write_stats(self.config.stats_path)
             logger.info("worker %s stopped: %s", self.worker_id, json.dumps(dict(self.stats)))
         return self.exit_status
+
+    def _write_stats(self, path: str) -> None:
+        try:
+            with open(path, "w", encoding="utf-8") as file:
+                json.dump({"worker_id": self.worker_id, "exit_status": self.exit_status,
+                           "stats": dict(self.stats)}, file)
+        except OSError as error:
+            logger.error("could not write the worker's statistics to %s: %s", path, error)
 
     def _make_leader(self) -> Leader:
         services: list[Any] = [

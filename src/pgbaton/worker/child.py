@@ -1,0 +1,54 @@
+"""One worker process under the process supervisor (processes.py): it reads its settings
+from standard input, runs one worker, and stops when told to or when the supervisor's
+end of standard input closes (the supervisor died)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from ..app import App
+from .config import WorkerConfig
+from .run import run_worker
+
+
+def load_app(spec: str) -> App:
+    """MODULE:ATTRIBUTE to the App it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myproject.jobs:app)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise ValueError(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
+    return app
+
+
+def _child_main() -> int:
+    """A child: read its settings from stdin, run one worker, stop when told or when
+    the supervisor's end of stdin closes."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings: dict[str, Any] = json.loads(sys.stdin.readline())
+    app = load_app(settings["app"])
+    config = WorkerConfig(**settings["config"])
+    app.configure(dsn=config.dsn, schema=settings["schema"])
+
+    def watch_parent() -> None:
+        sys.stdin.read()  # returns at EOF: the supervisor is gone
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, name="pgbaton-parent-watch", daemon=True).start()
+    return run_worker(app, config)
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())
