@@ -1,0 +1,175 @@
+"""Each part of the worker on its own, against a real database, with faults injected:
+the registry's slots, the executor's judging of outcomes, the heartbeat's extension and
+its loss detection, the completer's fenced writes and its retry of a cancelled write."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import psycopg
+
+import pgbaton
+from pgbaton.worker.completer import Completer
+from pgbaton.worker.executor import Executor
+from pgbaton.worker.heartbeat import Heartbeat
+from pgbaton.worker.held import HeldJobs, Outcome
+from pgbaton.worker.producer import Producer
+
+
+def ignore(*_: object, **__: object) -> None:
+    pass
+
+
+async def claims_of(aqueue: pgbaton.AsyncQueue, tasks: list[str], lease: float = 30):
+    for task in tasks:
+        await aqueue.enqueue(task)
+    return await aqueue.claim("parts-test", limit=len(tasks), lease=lease)
+
+
+async def run_all(aqueue, app, claims, concurrency=4):
+    """Start the claims on an Executor and wait until every handler has ended."""
+    held = HeldJobs(concurrency)
+    executor = Executor(held=held, tasks=app.tasks, middlewares=app.middlewares,
+                        worker_id="parts-test", claim_lease=30,
+                        extend_one=_never_extend, notify=ignore)
+    executor.start(claims, time.monotonic())
+    await asyncio.gather(*(r.handler for r in held if r.handler), return_exceptions=True)
+    executor.shutdown()
+    return held
+
+
+async def _never_extend(_context) -> bool:
+    return False
+
+
+async def test_executor_turns_every_kind_of_handler_end_into_one_outcome(aqueue):
+    app = pgbaton.App(aqueue.dsn, schema=aqueue.schema)
+
+    @app.task
+    async def fine() -> dict:
+        return {"ok": True}
+
+    @app.task
+    async def unstorable() -> object:
+        return {1, 2}
+
+    @app.task
+    def exits() -> None:
+        sys.exit(4)
+
+    @app.task
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    names = ["fine", "unstorable", "exits", "interrupted", "missing"]
+    claims = await claims_of(aqueue, names)
+    held = await run_all(aqueue, app, claims, concurrency=8)
+    by_task = {o.claim.task: o for o in held.outcomes}
+    assert set(by_task) == set(names)
+    assert by_task["fine"].ok and by_task["fine"].result == {"ok": True}
+    assert not by_task["unstorable"].ok
+    assert "result of task 'unstorable'" in str(by_task["unstorable"].error)
+    assert type(by_task["exits"].error).__name__ == "HandlerExit"
+    assert "SystemExit" in str(by_task["exits"].error)
+    assert "KeyboardInterrupt" in str(by_task["interrupted"].error)
+    assert type(by_task["missing"].error).__name__ == "UnknownTask"
+    assert held.executing == 0 and held.unwritten == len(names)
+
+
+def test_held_jobs_counts_slots_and_stray_threads():
+    held = HeldJobs(concurrency=2)
+    assert held.free_slots() == 2
+    held.executing = 2
+    assert held.free_slots() == 0
+    held.executing = 0
+    held.thread_strayed()
+    assert held.free_slots() == 1  # a thread that outlived its job still takes a slot
+    held.thread_returned()
+    assert held.free_slots() == 2
+
+
+async def test_heartbeat_extends_held_leases_and_detects_a_lost_claim(aqueue, db):
+    claims = await claims_of(aqueue, ["a", "b"], lease=5)
+    held = HeldJobs(4)
+    app = pgbaton.App(aqueue.dsn, schema=aqueue.schema)
+
+    @app.task
+    async def a() -> None:
+        await asyncio.sleep(3600)
+
+    @app.task
+    async def b() -> None:
+        await asyncio.sleep(3600)
+
+    executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
+                        claim_lease=5, extend_one=_never_extend, notify=ignore)
+    executor.start(claims, time.monotonic())
+    heartbeat = Heartbeat(aqueue, held, default_lease=60, notify=ignore)
+    before = {r["id"]: r["lease_until"] for r in db.execute("SELECT id, lease_until FROM jobs")}
+    await aqueue.cancel(claims[1].id)  # an operator takes b away
+    await heartbeat.extend(list(held))
+    after = {r["id"]: r["lease_until"] for r in db.execute("SELECT id, lease_until FROM jobs")}
+    assert after[claims[0].id] > before[claims[0].id]  # 5 s lease became 60 s
+    lost = [r for r in held if r.lost]
+    assert [r.claim.id for r in lost] == [claims[1].id]
+    assert lost[0].context.should_stop and lost[0].context.stop_reason == "lost"
+    await asyncio.sleep(0)
+    assert lost[0].handler.cancelled() or lost[0].handler.cancelling()
+    for running in held:
+        running.handler.cancel()
+    await asyncio.gather(*(r.handler for r in held), return_exceptions=True)
+    executor.shutdown()
+
+
+async def test_completer_writes_fenced_and_retries_a_cancelled_statement(aqueue, db, dsn):
+    claims = await claims_of(aqueue, ["x", "y"])
+    stale = claims[1]
+    await aqueue.cancel(stale.id)
+    held = HeldJobs(4)
+    written: list[tuple[int, bool]] = []
+    completer = Completer(aqueue, held, lambda o, ok: written.append((o.claim.id, ok)))
+    held.outcomes = [Outcome(claims[0], ok=True, result=1), Outcome(stale, ok=True)]
+    held.outcome_ready.set()
+    with psycopg.connect(dsn) as locker:
+        locker.execute(f'LOCK TABLE "{aqueue.schema}".jobs IN ACCESS EXCLUSIVE MODE')
+        run = asyncio.create_task(completer.run())
+        with psycopg.connect(dsn, autocommit=True) as canceller:
+            for _ in range(100):  # cancel the completer's statement once it waits
+                row = canceller.execute(
+                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))"
+                    " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()").fetchone()
+                if row[0]:
+                    break
+                await asyncio.sleep(0.05)
+            assert row[0] >= 1
+        locker.rollback()
+    for _ in range(200):
+        if len(written) == 2:
+            break
+        await asyncio.sleep(0.05)
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+    assert sorted(written) == [(claims[0].id, True), (stale.id, False)]
+    assert db.execute("SELECT status FROM jobs WHERE id = %s",
+                      (claims[0].id,)).fetchone()["status"] == "done"
+
+
+async def test_producer_claims_only_free_slots(aqueue):
+    for _ in range(10):
+        await aqueue.enqueue("t")
+    held = HeldJobs(3)
+    started: list[int] = []
+    stopping = asyncio.Event()
+
+    def start(claims, _sent):
+        started.extend(c.id for c in claims)
+        held.executing += len(claims)  # they run for ever: no slot frees
+        stopping.set()
+
+    producer = Producer(aqueue, held, worker_id="parts-test", lease=30, queues=None,
+                        poll_interval=0.1, start=start, stopping=stopping)
+    await asyncio.wait_for(producer.run(), 10)
+    assert len(started) == 3
