@@ -10,6 +10,7 @@ from .base import System
 # name -> (module, class). Order is the order of the report's columns.
 SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton": ("pgbaton_system", "PgbatonSystem"),
+    "pgbaton_sub": ("pgbaton_system", "PgbatonSubscribedSystem"),
     "procrastinate": ("procrastinate_system", "ProcrastinateSystem"),
     "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),
     "chancy": ("chancy_system", "ChancySystem"),

@@ -106,3 +106,22 @@ class PgbatonSystem(System):
         row = await cursor.fetchone()
         assert row is not None
         return int(row[0])
+
+
+def _no_op(event: pgbaton.Event) -> None:
+    pass
+
+
+class PgbatonSubscribedSystem(PgbatonSystem):
+    """pgbaton with one no-op subscriber on every event: what the events API costs."""
+
+    name = "pgbaton_sub"
+    label = "pgbaton + 1 subscriber"
+    role = "variant"
+    settings = PgbatonSystem.settings + " One no-op subscriber on every event (App.subscribe)."
+    cases: ClassVar[frozenset[str]] = frozenset({"drain"})
+
+    async def start_worker(self, concurrency: int) -> None:
+        if _no_op not in [s for s, _ in app.events._subscribers]:
+            app.subscribe(_no_op)
+        await super().start_worker(concurrency)
