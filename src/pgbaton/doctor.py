@@ -19,7 +19,7 @@ import psycopg
 from psycopg.rows import DictRow
 
 from . import _database, _sql
-from ._base import redact_dsn
+from .dsn import redact_dsn
 from ._cli_common import _print_json, dsn_option, json_option, resolve_dsn, schema_option
 from .errors import ConnectionFailed
 
