@@ -19,8 +19,8 @@ import psycopg
 from psycopg.rows import DictRow
 
 from . import _database, _sql
-from .dsn import redact_dsn
 from ._cli_common import _print_json, dsn_option, json_option, resolve_dsn, schema_option
+from .dsn import redact_dsn
 from .errors import ConnectionFailed
 
 Status = Literal["ok", "warn", "fail"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import quote
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -39,13 +40,15 @@ def resolve_dsn(
     dsn: str | None,
     *,
     app_dsn: str | None = None,
-    application_name: str = DEFAULT_APPLICATION_NAME,
+    application_name: str | None = None,
 ) -> str:
     """The DSN to connect with, from the first source that gives one (module docstring).
 
-    SQLAlchemy's driver suffix is dropped, a DSN libpq cannot parse is refused with a
-    one-line error that does not echo its password, and `application_name` (the role in
-    pg_stat_activity) is the DSN's own if it sets one, else the given one.
+    SQLAlchemy's driver suffix is dropped, and a DSN libpq cannot parse is refused with a
+    one-line error that does not echo its password. `application_name` (the role shown
+    in pg_stat_activity) is the DSN's own if it sets one; else the one given here; else
+    the one an earlier resolve gave (a worker's name survives the queue's own resolve);
+    else "pgbaton".
     """
     for source, value in _dsn_sources(dsn, app_dsn):
         if value:
@@ -96,13 +99,26 @@ def _encode_at_in_password(dsn: str) -> str:
     return scheme.group(0) + userinfo.replace("@", "%40") + rest[at:]
 
 
-def with_application_name(dsn: str, name: str) -> str:
-    """The DSN with `name` as libpq's fallback_application_name: the DSN's own
-    application_name (or PGAPPNAME) still wins, and a fallback already set is kept, so
-    a worker that named its connections keeps that name through every later resolve."""
-    if "fallback_application_name" in conninfo_to_dict(dsn):
-        return dsn
+def with_application_name(dsn: str, name: str | None) -> str:
+    """The DSN with `name` as libpq's fallback_application_name, which the DSN's own
+    application_name (or PGAPPNAME) still overrides. With no name, a fallback already
+    set is kept, else "pgbaton"."""
+    if name is None:
+        if "fallback_application_name" in conninfo_to_dict(dsn):
+            return dsn
+        name = DEFAULT_APPLICATION_NAME
+    if _URI_SCHEME.match(dsn):  # stays a URL, so that messages show it as it was given
+        return _with_uri_parameter(dsn, "fallback_application_name", name)
     return make_conninfo(dsn, fallback_application_name=name)
+
+
+def _with_uri_parameter(uri: str, name: str, value: str | None) -> str:
+    """The URI with its query parameter `name` set to value (removed when None)."""
+    base, _, query = uri.partition("?")
+    kept = [p for p in query.split("&") if p and p.split("=", 1)[0] != name]
+    if value is not None:
+        kept.append(f"{name}={quote(value, safe='')}")
+    return f"{base}?{'&'.join(kept)}" if kept else base
 
 
 def merge_options(dsn: str, options: str) -> str:
@@ -117,7 +133,8 @@ def redact_dsn(dsn: str) -> str:
     """The DSN with every password hidden, fit for an error message or a header.
 
     Covers `user:password@` (a password holding '@' too), `?password=` and
-    `password=...` in every spelling, whether or not libpq can parse the rest.
+    `password=...` in every spelling, whether or not libpq can parse the rest. The
+    fallback_application_name that resolve_dsn adds is left out.
     """
     text = _SQLALCHEMY_SCHEME.sub(r"\1://", str(dsn).strip())
     scheme = _URI_SCHEME.match(text)
@@ -127,13 +144,15 @@ def redact_dsn(dsn: str) -> str:
         if at >= 0 and ":" in rest[:at]:
             user = rest[:at].split(":", 1)[0]
             rest = f"{user}:{REDACTED}{rest[at:]}"
-        return scheme.group(0) + _QUERY_PASSWORD.sub(rf"\g<1>{REDACTED}", rest)
+        shown = scheme.group(0) + _QUERY_PASSWORD.sub(rf"\g<1>{REDACTED}", rest)
+        return _with_uri_parameter(shown, "fallback_application_name", None)
     try:
         params = conninfo_to_dict(text)
     except psycopg.ProgrammingError:
         return _KEYWORD_PASSWORD.sub(rf"\g<1>{REDACTED}", text)
     if "password" in params:
         params["password"] = REDACTED
+    params.pop("fallback_application_name", None)  # pgbaton's own addition: noise here
     return make_conninfo("", **params)
 
 
