@@ -23,6 +23,7 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests tools benchmarks
 	$(PY) -m mypy
 	$(PY) tools/async_to_sync.py --check
+	$(PY) tests/typing/check.py
 
 generate: $(VENV)/.installed
 	$(PY) tools/async_to_sync.py

@@ -175,7 +175,9 @@ class Deferral(Generic[P]):
         )
 
 
-class _TypedEnqueue(Task, Generic[P]):
+class Deferrable(Task, Generic[P]):
+    """The typed ways to enqueue a task, shared by TypedTask and ContextTask."""
+
     def using(
         self,
         *,
@@ -196,14 +198,14 @@ class _TypedEnqueue(Task, Generic[P]):
         return await self.enqueue_async(self.args_of_call(*args, **kwargs))
 
 
-class TypedTask(_TypedEnqueue[P], Generic[P, R]):
+class TypedTask(Deferrable[P], Generic[P, R]):
     """What `@app.task` returns: a Task typed with its handler's parameters and result."""
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return cast(R, self.func(*args, **kwargs))
 
 
-class ContextTask(_TypedEnqueue[P], Generic[P, R]):
+class ContextTask(Deferrable[P], Generic[P, R]):
     """What `@app.task(pass_context=True)` returns: called directly with a JobContext
     first; deferred with the other arguments only (the worker supplies the context)."""
 
