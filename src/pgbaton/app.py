@@ -39,6 +39,8 @@ KeyFunction = Callable[..., Any]
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
 
 class Task:
     """A registered handler. Call it to run it in-process; enqueue() to run it on a worker.
@@ -82,17 +84,33 @@ class Task:
         return self.func(*args, **kwargs)
 
     def check_args(self, args: Mapping[str, Any] | None) -> None:
-        """Refuse args the handler could not be called with, before anything is written."""
-        try:
-            self.signature.bind(**(args or {}))
-        except TypeError as error:
+        """Refuse args the handler could not be called with, before anything is written:
+        every missing and every unexpected name is listed."""
+        given = dict(args or {})
+        parameters = self.signature.parameters.values()
+        by_name = {p.name: p for p in parameters if p.kind in _BY_NAME}
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        missing = [n for n, p in by_name.items() if p.default is p.empty and n not in given]
+        unexpected = [] if takes_any else [n for n in given if n not in by_name]
+        problems = [
+            f"{what} {', '.join(map(repr, names))}"
+            for what, names in (("missing", missing), ("unexpected", unexpected)) if names
+        ]
+        if not problems:
+            try:
+                self.signature.bind(**given)
+            except TypeError as error:
+                problems.append(str(error))
+        if problems:
             raise InvalidArgument(
-                f"task {self.name!r} cannot take these args: {error} "
+                f"task {self.name!r} cannot take these args: {'; '.join(problems)} "
                 f"(its handler takes {self.describe_parameters()})"
-            ) from None
+            )
 
     def describe_parameters(self) -> str:
-        return str(self.signature) if self.signature.parameters else "no arguments"
+        """The handler's job parameters, e.g. `customer_id, amount, currency=...`."""
+        shown = [_describe(p) for p in self.signature.parameters.values()]
+        return ", ".join(shown) or "no arguments"
 
     def job_options(
         self, args: Mapping[str, Any] | None, options: dict[str, Any]
@@ -135,11 +153,15 @@ class Task:
         )
 
     def args_of_call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """A call's arguments as the job's keyword args (positional ones by their names)."""
+        """A call's arguments as the job's keyword args (positional ones by their names),
+        checked as enqueue() checks them."""
         try:
-            bound = self.signature.bind(*args, **kwargs)
+            bound = self.signature.bind_partial(*args, **kwargs)
         except TypeError as error:
-            raise InvalidArgument(f"task {self.name!r}: {error}") from None
+            raise InvalidArgument(
+                f"task {self.name!r} cannot take these args: {error} "
+                f"(its handler takes {self.describe_parameters()})"
+            ) from None
         job_args: dict[str, Any] = {}
         for name, value in bound.arguments.items():
             kind = self.signature.parameters[name].kind
@@ -153,6 +175,7 @@ class Task:
                     )
             else:
                 job_args[name] = value
+        self.check_args(job_args)
         return job_args
 
 
@@ -211,6 +234,14 @@ class ContextTask(Deferrable[P], Generic[P, R]):
 
     def __call__(self, ctx: JobContext, *args: P.args, **kwargs: P.kwargs) -> R:
         return cast(R, self.func(ctx, *args, **kwargs))
+
+
+def _describe(parameter: inspect.Parameter) -> str:
+    if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+        return f"**{parameter.name}"
+    if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+        return f"*{parameter.name}"
+    return parameter.name if parameter.default is parameter.empty else f"{parameter.name}=..."
 
 
 def _job_signature(func: Callable[..., Any], name: str, pass_context: bool) -> inspect.Signature:
