@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pgbaton(
-    *args: str, dsn: str | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run the command as a user would, with the DSN only where the test gives one."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PGBATON_DSN", "DATABASE_URL")}
-    if dsn:
-        env["PGBATON_DSN"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "pgbaton", *args],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False,
-    )
-
+from tests.cli.cli_helpers import pgbaton
 
 def test_operator_commands_round_trip(dsn, schema):
     """migrate, enqueue, jobs, show, stats, cancel, retry and prune work end to end."""
