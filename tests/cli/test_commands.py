@@ -8,6 +8,7 @@ import pytest
 
 from tests.cli.cli_helpers import pgbaton
 
+
 def test_operator_commands_round_trip(dsn, schema):
     """migrate, enqueue, jobs, show, stats, cancel, retry and prune work end to end."""
     s = ("--schema", schema)

@@ -10,7 +10,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbaton
-from tests.cli.cli_helpers import clean_env, free_port, pgbaton as run, write_app
+from tests.cli.cli_helpers import clean_env, free_port, write_app
+from tests.cli.cli_helpers import pgbaton as run
 
 
 def _sqlalchemy_url(dsn: str) -> str:

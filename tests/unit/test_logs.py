@@ -57,5 +57,5 @@ def test_the_level_filters(captured):
 @pytest.mark.parametrize(("level", "log_format"), [("LOUD", "text"), ("INFO", "xml")])
 def test_unknown_settings_are_refused(level, log_format):
     """A level or format that does not exist is an error naming it."""
-    with pytest.raises(ValueError, match="LOUD|xml"):
+    with pytest.raises(ValueError, match=r"LOUD|xml"):
         logs.configure(level, log_format, io.StringIO())
