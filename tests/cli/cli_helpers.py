@@ -71,8 +71,8 @@ class Forwarder:
     """A TCP forwarder from a local port to the real server: a database that comes up
     when the test says so."""
 
-    def __init__(self, port: int, target: tuple[str, int]) -> None:
-        self.target = target
+    def __init__(self, port: int, host: str, target_port: int) -> None:
+        self.host, self.target_port = host, target_port
         self.listener = socket.create_server(("127.0.0.1", port))
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -82,9 +82,16 @@ class Forwarder:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
+            upstream = self._connect()
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _connect(self) -> socket.socket:
+        if not self.host.startswith("/"):
+            return socket.create_connection((self.host, self.target_port))
+        upstream = socket.socket(socket.AF_UNIX)  # libpq's socket file in that folder
+        upstream.connect(f"{self.host}/.s.PGSQL.{self.target_port}")
+        return upstream
 
     @staticmethod
     def _pump(source: socket.socket, sink: socket.socket) -> None:
