@@ -124,7 +124,7 @@ def test_enqueue_with_the_app_applies_the_tasks_settings(tmp_path, dsn, schema, 
 
 
 @pytest.mark.parametrize(
-    ("task", "args", "code", "message"),
+    "case",
     [
         ("chrage", "{}", 2, "has no task 'chrage' (it has: charge, noop)"),
         ("charge", '{"customerid": 1, "amount": 5}', 1,
@@ -132,10 +132,9 @@ def test_enqueue_with_the_app_applies_the_tasks_settings(tmp_path, dsn, schema, 
         ("noop", '{"x": 1}', 1, "unexpected 'x' (its handler takes no arguments)"),
     ],
 )
-def test_enqueue_with_the_app_refuses_what_the_worker_would(
-    tmp_path, dsn, schema, db, task, args, code, message
-):
+def test_enqueue_with_the_app_refuses_what_the_worker_would(tmp_path, dsn, schema, db, case):
     """An unknown task or args its handler cannot take: one line, nothing written."""
+    task, args, code, message = case
     assert pgbaton("migrate", "--schema", schema, dsn=dsn).returncode == 0
     spec = write_app(tmp_path, "shop_jobs", schema=schema)
     result = pgbaton("enqueue", task, "--args", args, "--app", spec, dsn=dsn, cwd=tmp_path)
