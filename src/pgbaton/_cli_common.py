@@ -16,13 +16,19 @@ from .queue import Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+def _schema_from_sources(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    return dsn_sources.resolve_schema(value)
+
+
 dsn_option = click.option(
     "--dsn", metavar="DSN",
-    help="PostgreSQL DSN or URL [else the App's, else PGBATON_DSN, else DATABASE_URL].",
+    help="PostgreSQL DSN or URL [else PGBATON_DSN, else DATABASE_URL].",
 )
+# --schema, else PGBATON_SCHEMA, else "pgbaton", resolved as the command line is read;
+# the commands that load an App put its schema before the environment's (given_on_command_line).
 schema_option = click.option(
-    "--schema", default=None, metavar="NAME",
-    help="pgbaton's schema [else the App's, else PGBATON_SCHEMA, else pgbaton].",
+    "--schema", default=None, metavar="NAME", callback=_schema_from_sources,
+    help="pgbaton's schema [else PGBATON_SCHEMA, else pgbaton].",
 )
 embedded_option = click.option(
     "--embedded", is_flag=True,
@@ -35,6 +41,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 def connection_options(command: F) -> F:
     """--dsn, --schema and --embedded: the options of every command that uses a database."""
     return dsn_option(schema_option(embedded_option(command)))
+
+
+def given_on_command_line(name: str) -> bool:
+    """Whether the option was typed, not filled from its default or the environment."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source is click.core.ParameterSource.COMMANDLINE
 
 
 def resolve_dsn(
@@ -76,7 +88,7 @@ def start_embedded() -> str:
     return embedded.dsn(embedded.start())
 
 
-def _queue(dsn: str | None, schema: str | None, embedded: bool = False) -> Queue:
+def _queue(dsn: str | None, schema: str, embedded: bool = False) -> Queue:
     command = click.get_current_context().info_name or "command"
     return Queue(
         resolve_dsn(dsn, embedded=embedded, application_name=f"pgbaton {command}"),

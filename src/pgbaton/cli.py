@@ -23,6 +23,7 @@ from ._cli_common import (
     connection_options,
     dsn_option,
     format_duration,
+    given_on_command_line,
     json_option,
     printable,
     resolve_dsn,
@@ -89,7 +90,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 @main.command()
 @connection_options
-def migrate(dsn: str | None, schema: str | None, embedded: bool) -> None:
+def migrate(dsn: str | None, schema: str, embedded: bool) -> None:
     """Bring the schema up to date (safe to run from several processes at once)."""
     with _queue(dsn, schema, embedded) as queue:
         applied = queue.migrate()
@@ -108,14 +109,13 @@ def migrate(dsn: str | None, schema: str | None, embedded: bool) -> None:
          "schema's schema_version table).",
 )
 @schema_option
-def schema_command(as_sql: bool, from_version: int | None, schema: str | None) -> None:
+def schema_command(as_sql: bool, from_version: int | None, schema: str) -> None:
     """Print the schema as SQL, for teams that run their own migrations: the whole of it,
     or with --from N only the upgrade from version N. No database is needed."""
-    name = resolve_schema(schema)
     if from_version is None:
-        click.echo(_sql.schema_sql(name), nl=False)
+        click.echo(_sql.schema_sql(schema), nl=False)
     else:
-        click.echo(_sql.upgrade_sql(name, from_version), nl=False)
+        click.echo(_sql.upgrade_sql(schema, from_version), nl=False)
 
 
 def load_app(spec: str) -> App:
@@ -160,7 +160,7 @@ def load_app(spec: str) -> App:
               help="text for people, json (one object a line) for log collectors "
                    "[or PGBATON_LOG_FORMAT].")
 def worker(
-    app_spec: str, dsn: str | None, schema: str | None, embedded: bool,
+    app_spec: str, dsn: str | None, schema: str, embedded: bool,
     dsn_from_env: str | None, queues: str | None, concurrency: int, processes: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     connect_timeout: float, log_level: str, log_format: str,
@@ -168,7 +168,8 @@ def worker(
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
     The database is --dsn, else the App's own, else PGBATON_DSN, else DATABASE_URL; with
-    none of them the worker refuses to start (--embedded runs pgbaton's own server).
+    none of them the worker refuses to start (--embedded runs pgbaton's own server). The
+    schema is --schema, else the App's, else PGBATON_SCHEMA, else pgbaton.
     """
     from .worker import WorkerConfig, run_worker
     from .worker.runner import default_worker_id
@@ -186,7 +187,7 @@ def worker(
         dsn, fallback=app.dsn_in_code, embedded=embedded,
         application_name=f"pgbaton worker {worker_id or 'supervisor'}",
     )
-    app.configure(dsn=dsn, schema=resolve_schema(schema, app_schema=app.schema_in_code))
+    app.configure(dsn=dsn, schema=_app_schema(app, schema))
     wait_for_database(dsn, app.schema, connect_timeout)
     config = WorkerConfig(
         queues=[q for q in queues.split(",") if q] if queues else None,
@@ -195,6 +196,13 @@ def worker(
         maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id,
     )
     sys.exit(run_worker(app, config, app_spec=app_spec))
+
+
+def _app_schema(app: App, schema: str) -> str:
+    """--schema if typed, else the App's own, else what the environment said."""
+    if given_on_command_line("schema"):
+        return schema
+    return resolve_schema(None, app_schema=app.schema_in_code)
 
 
 RECONNECT_FIRST_SECONDS = 0.5
@@ -244,7 +252,7 @@ def wait_for_database(dsn: str, schema: str, timeout: float) -> None:
 def enqueue(
     task: str, args_json: str, app_spec: str | None, queue_name: str | None, priority: int,
     delay: float | None, key: str | None, idempotency_key: str | None,
-    max_attempts: int | None, dsn: str | None, schema: str | None, embedded: bool,
+    max_attempts: int | None, dsn: str | None, schema: str, embedded: bool,
     as_json: bool,
 ) -> None:
     """Enqueue one job of TASK. With --app the task must exist there and its args must
@@ -278,7 +286,7 @@ def enqueue(
         app.configure(
             dsn=resolve_dsn(dsn, fallback=app.dsn_in_code, embedded=embedded,
                             application_name="pgbaton enqueue"),
-            schema=resolve_schema(schema, app_schema=app.schema_in_code),
+            schema=_app_schema(app, schema),
         )
         try:
             job_id = found.enqueue(args, **options)
@@ -293,7 +301,7 @@ def enqueue(
 @main.command()
 @connection_options
 @json_option
-def stats(dsn: str | None, schema: str | None, embedded: bool, as_json: bool) -> None:
+def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
     """Per queue: jobs by status, oldest pending age, expired leases."""
     with _queue(dsn, schema, embedded) as queue:
         rows = queue.stats()
@@ -321,7 +329,7 @@ def stats(dsn: str | None, schema: str | None, embedded: bool, as_json: bool) ->
 @json_option
 def jobs(
     status: str | None, queue_name: str | None, task: str | None, limit: int,
-    dsn: str | None, schema: str | None, embedded: bool, as_json: bool,
+    dsn: str | None, schema: str, embedded: bool, as_json: bool,
 ) -> None:
     """List jobs, newest first."""
     with _queue(dsn, schema, embedded) as queue:
@@ -344,7 +352,7 @@ def jobs(
 @click.argument("job_id", type=int)
 @connection_options
 @json_option
-def show(job_id: int, dsn: str | None, schema: str | None, embedded: bool, as_json: bool) -> None:
+def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
     """Show one job, with every attempt's error."""
     with _queue(dsn, schema, embedded) as queue:
         job = queue.get(job_id)
@@ -365,7 +373,7 @@ def show(job_id: int, dsn: str | None, schema: str | None, embedded: bool, as_js
 @main.command()
 @click.argument("job_id", type=int)
 @connection_options
-def retry(job_id: int, dsn: str | None, schema: str | None, embedded: bool) -> None:
+def retry(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Send a failed or cancelled job back to pending with fresh attempts."""
     with _queue(dsn, schema, embedded) as queue:
         if not queue.retry(job_id):
@@ -376,7 +384,7 @@ def retry(job_id: int, dsn: str | None, schema: str | None, embedded: bool) -> N
 @main.command()
 @click.argument("job_id", type=int)
 @connection_options
-def cancel(job_id: int, dsn: str | None, schema: str | None, embedded: bool) -> None:
+def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Cancel a pending or running job (its worker loses the claim)."""
     with _queue(dsn, schema, embedded) as queue:
         if not queue.cancel(job_id):
@@ -388,7 +396,7 @@ def cancel(job_id: int, dsn: str | None, schema: str | None, embedded: bool) -> 
 @click.option("--older-than", default=7 * 24 * 3600.0, show_default=True,
               help="Seconds since the job finished.")
 @connection_options
-def prune(older_than: float, dsn: str | None, schema: str | None, embedded: bool) -> None:
+def prune(older_than: float, dsn: str | None, schema: str, embedded: bool) -> None:
     """Delete done, failed and cancelled jobs that finished long enough ago."""
     total = 0
     with _queue(dsn, schema, embedded) as queue:

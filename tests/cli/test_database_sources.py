@@ -126,3 +126,20 @@ def test_connections_say_who_they_are(dsn, schema, queue, db):
             "SELECT pid FROM pg_stat_activity WHERE application_name = 'shop-web'"
         )]
         assert pids
+
+
+def test_the_apps_schema_wins_over_pgbaton_schema(tmp_path, dsn, schema, other_schema, db):
+    """App(schema=...) in the module beats PGBATON_SCHEMA; --schema beats both."""
+    for name in (schema, other_schema):
+        assert run("migrate", "--schema", name, dsn=dsn).returncode == 0
+    spec = write_app(tmp_path, "app_with_schema", schema=schema)
+    env = clean_env(dsn, PGBATON_SCHEMA=other_schema)
+    assert run("enqueue", "noop", "--app", spec, env=env, cwd=tmp_path).returncode == 0
+    typed = run("enqueue", "noop", "--app", spec, "--schema", other_schema, env=env,
+                cwd=tmp_path)
+    assert typed.returncode == 0, typed.stderr
+    counts = {
+        name: db.execute(f'SELECT count(*) AS n FROM "{name}".jobs').fetchone()["n"]
+        for name in (schema, other_schema)
+    }
+    assert counts == {schema: 1, other_schema: 1}
