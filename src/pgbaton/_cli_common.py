@@ -72,9 +72,13 @@ def resolve_dsn(
     except ConfigurationError as error:
         if "no database given" not in str(error):
             raise
+        command = click.get_current_context(silent=True)
+        offers_embedded = command is not None and any(
+            parameter.name == "embedded" for parameter in command.command.params
+        )
         raise ConfigurationError(
-            "no database given: pass --dsn, set PGBATON_DSN or DATABASE_URL, or use "
-            "--embedded for pgbaton's own PostgreSQL"
+            "no database given: pass --dsn, or set PGBATON_DSN or DATABASE_URL"
+            + (", or use --embedded for pgbaton's own PostgreSQL" if offers_embedded else "")
         ) from None
 
 
