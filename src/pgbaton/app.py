@@ -24,7 +24,7 @@ import psycopg
 from . import _sql
 from ._base import Backoff, check_int4, check_lease
 from .context import JobContext
-from .dsn import resolve_dsn, resolve_schema
+from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument
 from .queue import Queue
 from .queue_async import AsyncQueue
@@ -320,14 +320,18 @@ class App:
 
     @property
     def queue(self) -> Queue:
+        """The App's Queue; its connections are named `pgbaton` in pg_stat_activity
+        unless the DSN names them (or the worker named them after itself)."""
         if self._queue is None:
-            self._queue = Queue(self.dsn, schema=self.schema)
+            self._queue = Queue(with_application_name(self.dsn, None), schema=self.schema)
         return self._queue
 
     @property
     def async_queue(self) -> AsyncQueue:
         if self._async_queue is None:
-            self._async_queue = AsyncQueue(self.dsn, schema=self.schema)
+            self._async_queue = AsyncQueue(
+                with_application_name(self.dsn, None), schema=self.schema
+            )
         return self._async_queue
 
     @overload

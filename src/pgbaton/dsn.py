@@ -45,14 +45,17 @@ def resolve_dsn(
     """The DSN to connect with, from the first source that gives one (module docstring).
 
     SQLAlchemy's driver suffix is dropped, and a DSN libpq cannot parse is refused with a
-    one-line error that does not echo its password. `application_name` (the role shown
-    in pg_stat_activity) is the DSN's own if it sets one; else the one given here; else
-    the one an earlier resolve gave (a worker's name survives the queue's own resolve);
-    else "pgbaton".
+    one-line error that does not echo its password; otherwise the DSN is returned as
+    given. With `application_name` (the role shown in pg_stat_activity: "pgbaton stats",
+    "pgbaton worker <id>") the DSN carries it as libpq's fallback_application_name, so
+    the DSN's own application_name still wins.
     """
     for source, value in _dsn_sources(dsn, app_dsn):
         if value:
-            return with_application_name(normalize_dsn(value, source), application_name)
+            chosen = normalize_dsn(value, source)
+            if application_name is None:
+                return chosen
+            return with_application_name(chosen, application_name)
     raise ConfigurationError(
         "no database given: pass --dsn (or dsn=...), or set PGBATON_DSN or DATABASE_URL"
     )

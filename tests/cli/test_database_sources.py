@@ -4,6 +4,9 @@ for every command, no silent server of pgbaton's own, passwords never printed.""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import psycopg
 import pytest
@@ -109,23 +112,43 @@ def test_dsn_options_reach_pooled_connections(dsn, schema, queue):
         q.enqueue("t", {})
 
 
-def test_connections_say_who_they_are(dsn, schema, queue, db):
-    """pg_stat_activity shows `pgbaton` for the library's connections, unless the DSN
-    names its own application."""
-    with pgbaton.Queue(dsn, schema=schema) as q:
-        q.enqueue("t", {})
-        names = {r["application_name"] for r in db.execute(
-            "SELECT application_name FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-            " AND datname = current_database()"
-        )}
-        assert "pgbaton" in names
-    own = make_conninfo(dsn, application_name="shop-web")
-    with pgbaton.Queue(own, schema=schema) as q:
-        q.enqueue("t", {})
-        pids = [r["pid"] for r in db.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'shop-web'"
-        )]
-        assert pids
+def _application_names(db) -> set[str]:
+    return {r["application_name"] for r in db.execute(
+        "SELECT application_name FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+        " AND datname = current_database()"
+    )}
+
+
+def test_an_apps_connections_say_who_they_are(dsn, schema, queue, db):
+    """pg_stat_activity shows `pgbaton` for an App's connections, unless the DSN names
+    its own application."""
+    app = pgbaton.App(dsn, schema=schema)
+    app.queue.enqueue("t", {})
+    assert "pgbaton" in _application_names(db)
+    app.queue.close()
+    named = pgbaton.App(make_conninfo(dsn, application_name="shop-web"), schema=schema)
+    named.queue.enqueue("t", {})
+    assert "shop-web" in _application_names(db)
+    named.queue.close()
+
+
+def test_commands_say_who_they_are(dsn, schema, queue, db):
+    """A command's connection is named after it while it runs: `pgbaton migrate`."""
+    with psycopg.connect(dsn, autocommit=True) as blocker:
+        # migrate waits on its advisory lock (migration_lock) while this session holds it
+        blocker.execute("SELECT pg_advisory_lock(hashtext('pgbaton.migrate.' || %s))", (schema,))
+        names: set[str] = set()
+        with subprocess.Popen(
+            [sys.executable, "-m", "pgbaton", "migrate", "--schema", schema],
+            env=clean_env(dsn), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ) as migrating:
+            deadline = time.monotonic() + 60
+            while "pgbaton migrate" not in names and time.monotonic() < deadline:
+                names = _application_names(db)
+                time.sleep(0.05)
+            blocker.execute("SELECT pg_advisory_unlock_all()")
+            assert migrating.wait(timeout=60) == 0
+    assert "pgbaton migrate" in names
 
 
 def test_the_apps_schema_wins_over_pgbaton_schema(tmp_path, dsn, schema, other_schema, db):

@@ -65,15 +65,18 @@ def test_sqlalchemy_urls_lose_their_driver(driver):
     )
 
 
-def test_application_name_defaults_to_pgbaton_and_yields_to_the_dsns_own():
-    """pg_stat_activity names pgbaton's connections, unless the DSN names them itself."""
-    assert conninfo_to_dict(resolve_dsn("host=h"))["fallback_application_name"] == "pgbaton"
+def test_application_name_is_the_roles_and_yields_to_the_dsns_own():
+    """A role's name rides along as the fallback; a later resolve without one keeps it;
+    the DSN's own application_name wins in libpq; without a role the DSN is as given."""
+    assert resolve_dsn("postgresql://h/db") == "postgresql://h/db"
     role = resolve_dsn("host=h", application_name="pgbaton worker w1")
     assert conninfo_to_dict(resolve_dsn(role))["fallback_application_name"] == (
         "pgbaton worker w1"
     )
-    own = conninfo_to_dict(resolve_dsn("postgresql://h/db?application_name=shop-web"))
-    assert own["application_name"] == "shop-web"  # libpq prefers it to the fallback
+    again = resolve_dsn(role, application_name="pgbaton worker w2")  # a supervisor's child
+    assert conninfo_to_dict(again)["fallback_application_name"] == "pgbaton worker w2"
+    own = resolve_dsn("postgresql://h/db?application_name=shop-web", application_name="x")
+    assert conninfo_to_dict(own)["application_name"] == "shop-web"
 
 
 def test_dsn_options_survive_beside_pgbatons_own():
