@@ -18,11 +18,15 @@ from tests.cli.cli_helpers import pgbaton as run
 
 
 def _sqlalchemy_url(dsn: str) -> str:
+    """The test server's DSN as SQLAlchemy writes it (a socket folder as ?host=)."""
     params = conninfo_to_dict(dsn)
     user = params.get("user", "postgres")
     auth = f"{user}:{params['password']}" if params.get("password") else user
-    return (f"postgresql+psycopg://{auth}@{params.get('host', '127.0.0.1')}:"
-            f"{params.get('port', '5432')}/{params.get('dbname', 'postgres')}")
+    host, port = params.get("host", "127.0.0.1"), params.get("port", "5432")
+    database = params.get("dbname", "postgres")
+    if host.startswith("/"):
+        return f"postgresql+psycopg://{auth}@/{database}?host={host}&port={port}"
+    return f"postgresql+psycopg://{auth}@{host}:{port}/{database}"
 
 
 def _unreachable(dsn: str) -> str:
