@@ -184,3 +184,14 @@ def test_a_supervisor_can_hand_the_dsn_through_the_environment(tmp_path, dsn, sc
     assert f"port={conninfo_to_dict(elsewhere)['port']}" in result.stderr, result.stderr
     missing = run(*args, env=clean_env(), cwd=tmp_path)
     assert missing.returncode == 2 and "PGBATON_HANDED_DSN is not set" in missing.stderr
+
+
+def test_embedded_runs_only_when_asked_for(tmp_path, schema):
+    """--embedded starts pgbaton's own PostgreSQL (here in a folder of the test's) and
+    says so; the same command without it refuses."""
+    env = clean_env(None, PGBATON_EMBEDDED_DIR=str(tmp_path / "pg"))
+    result = run("migrate", "--embedded", "--schema", schema, env=env, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "using the embedded PostgreSQL 18" in result.stderr
+    assert "now at version" in result.stdout
+    assert run("migrate", "--schema", schema, env=env).returncode == 1
