@@ -137,9 +137,6 @@ def load_app(spec: str) -> App:
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @connection_options
-@click.option("--dsn-from-env", hidden=True, metavar="VARIABLE",
-              help="Read --dsn from this environment variable (how a supervisor hands its "
-                   "worker processes the DSN without showing the password in `ps`).")
 @click.option("--queues", default=None, help="Comma-separated queues to work [all].")
 @click.option("--concurrency", default=10, show_default=True, help="Jobs at once per process.")
 @click.option("--processes", default=1, show_default=True, help="Worker processes.")
@@ -161,7 +158,7 @@ def load_app(spec: str) -> App:
                    "[or PGBATON_LOG_FORMAT].")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
-    dsn_from_env: str | None, queues: str | None, concurrency: int, processes: int,
+    queues: str | None, concurrency: int, processes: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     connect_timeout: float, log_level: str, log_format: str,
 ) -> None:
@@ -177,10 +174,6 @@ def worker(
     logs.configure(log_level, log_format)
     # Worker processes started by --processes inherit the logging settings this way.
     os.environ["PGBATON_LOG_LEVEL"], os.environ["PGBATON_LOG_FORMAT"] = log_level, log_format
-    if dsn_from_env:
-        dsn = os.environ.get(dsn_from_env)
-        if not dsn:
-            raise click.BadParameter(f"{dsn_from_env} is not set", param_hint="--dsn-from-env")
     app = load_app(app_spec)
     worker_id = default_worker_id() if processes == 1 else None
     dsn = resolve_dsn(

@@ -172,20 +172,6 @@ def test_the_apps_schema_wins_over_pgbaton_schema(tmp_path, dsn, schema, other_s
     assert counts == {schema: 1, other_schema: 1}
 
 
-def test_a_supervisor_can_hand_the_dsn_through_the_environment(tmp_path, dsn, schema):
-    """--dsn-from-env VARIABLE reads the DSN from the environment and ranks it as --dsn
-    (above the App's), so a supervisor need not put a password on a command line."""
-    spec = write_app(tmp_path, "app_handed", dsn=dsn, schema=schema)
-    elsewhere = _unreachable(dsn)
-    env = clean_env(None, PGBATON_HANDED_DSN=elsewhere)
-    args = ("worker", spec, "--dsn-from-env", "PGBATON_HANDED_DSN", "--connect-timeout", "0")
-    result = run(*args, env=env, cwd=tmp_path)
-    assert result.returncode == 1
-    assert f"port={conninfo_to_dict(elsewhere)['port']}" in result.stderr, result.stderr
-    missing = run(*args, env=clean_env(), cwd=tmp_path)
-    assert missing.returncode == 2 and "PGBATON_HANDED_DSN is not set" in missing.stderr
-
-
 def test_embedded_runs_only_when_asked_for(tmp_path, schema):
     """--embedded starts pgbaton's own PostgreSQL (here in a folder of the test's) and
     says so; the same command without it refuses."""
