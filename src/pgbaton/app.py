@@ -10,12 +10,24 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import psycopg
 
 from . import _sql
-from ._base import Backoff, check_int4, check_lease, job_params, resolve_dsn
+from ._base import Backoff, check_int4, check_lease, job_params
+from .context import JobContext
+from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument
 from .events import Events, Subscriber
 from .middleware import Middleware
@@ -40,9 +52,18 @@ def register_worker_runner(runner: WorkerRunner) -> None:
 RetryPolicy = Callable[[int], float]
 KeyFunction = Callable[..., Any]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_BY_NAME = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
 
 class Task:
-    """A registered handler. Call it to run it in-process; enqueue() to run it on a worker."""
+    """A registered handler. Call it to run it in-process; enqueue() to run it on a worker.
+
+    What `@app.task` returns is one of its typed kinds, TypedTask or ContextTask, whose
+    direct call and defer() carry the handler's parameter types for mypy.
+    """
 
     def __init__(
         self,
@@ -69,6 +90,7 @@ class Task:
         self.lease = None if lease is None else check_lease(lease)
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = _job_signature(func, name, pass_context)
         functools.update_wrapper(self, func)
 
     def __repr__(self) -> str:
@@ -76,6 +98,35 @@ class Task:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
+
+    def check_args(self, args: Mapping[str, Any] | None) -> None:
+        """Refuse args the handler could not be called with, before anything is written:
+        every missing and every unexpected name is listed."""
+        given = dict(args or {})
+        parameters = self.signature.parameters.values()
+        by_name = {p.name: p for p in parameters if p.kind in _BY_NAME}
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        missing = [n for n, p in by_name.items() if p.default is p.empty and n not in given]
+        unexpected = [] if takes_any else [n for n in given if n not in by_name]
+        problems = [
+            f"{what} {', '.join(map(repr, names))}"
+            for what, names in (("missing", missing), ("unexpected", unexpected)) if names
+        ]
+        if not problems:
+            try:
+                self.signature.bind(**given)
+            except TypeError as error:
+                problems.append(str(error))
+        if problems:
+            raise InvalidArgument(
+                f"task {self.name!r} cannot take these args: {'; '.join(problems)} "
+                f"(its handler takes {self.describe_parameters()})"
+            )
+
+    def describe_parameters(self) -> str:
+        """The handler's job parameters, e.g. `customer_id, amount, currency=...`."""
+        shown = [_describe(p) for p in self.signature.parameters.values()]
+        return ", ".join(shown) or "no arguments"
 
     def job_options(
         self, args: Mapping[str, Any] | None, options: dict[str, Any]
@@ -97,7 +148,9 @@ class Task:
         **options: Any,
     ) -> int:
         """Queue.enqueue for this task: same options (queue, priority, run_at, delay, key,
-        idempotency_key, max_attempts) and conn= for the caller's transaction."""
+        idempotency_key, max_attempts) and conn= for the caller's transaction. The args
+        are checked against the handler's parameters first (InvalidArgument)."""
+        self.check_args(args)
         return self.app.queue.enqueue(
             self.name, args, conn=conn, **self.job_options(args, options)
         )
@@ -109,10 +162,118 @@ class Task:
         conn: psycopg.AsyncConnection[Any] | None = None,
         **options: Any,
     ) -> int:
-        """AsyncQueue.enqueue for this task."""
+        """AsyncQueue.enqueue for this task, with the same checks."""
+        self.check_args(args)
         return await self.app.async_queue.enqueue(
             self.name, args, conn=conn, **self.job_options(args, options)
         )
+
+    def args_of_call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """A call's arguments as the job's keyword args (positional ones by their names),
+        checked as enqueue() checks them."""
+        try:
+            bound = self.signature.bind_partial(*args, **kwargs)
+        except TypeError as error:
+            raise InvalidArgument(
+                f"task {self.name!r} cannot take these args: {error} "
+                f"(its handler takes {self.describe_parameters()})"
+            ) from None
+        job_args: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = self.signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                job_args.update(value)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                if value:
+                    raise InvalidArgument(
+                        f"task {self.name!r}: a job's args are keyword arguments, so "
+                        f"*{name} cannot be given"
+                    )
+            else:
+                job_args[name] = value
+        self.check_args(job_args)
+        return job_args
+
+
+class Deferral(Generic[P]):
+    """One task with enqueue options fixed, waiting for the handler's arguments:
+    `charge.using(delay=60, conn=conn).defer(customer_id=3, amount=100)`."""
+
+    def __init__(self, task: Task, options: dict[str, Any]) -> None:
+        self.task = task
+        self.options = options
+
+    def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue one job with these arguments, typed as the handler's; returns its id."""
+        return self.task.enqueue(self.task.args_of_call(*args, **kwargs), **self.options)
+
+    async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """defer() through the App's AsyncQueue (conn= an AsyncConnection)."""
+        return await self.task.enqueue_async(
+            self.task.args_of_call(*args, **kwargs), **self.options
+        )
+
+
+class Deferrable(Task, Generic[P]):
+    """The typed ways to enqueue a task, shared by TypedTask and ContextTask."""
+
+    def using(
+        self,
+        *,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> Deferral[P]:
+        """Fix enqueue options (queue, priority, run_at, delay, key, idempotency_key,
+        max_attempts, conn) for a typed defer()."""
+        return Deferral(self, {"conn": conn, **options})
+
+    def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue one job, its arguments written as in a direct call and typed as the
+        handler's (mypy checks them; enqueue(dict) is the untyped form). Returns its id."""
+        return self.enqueue(self.args_of_call(*args, **kwargs))
+
+    async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """defer() through the App's AsyncQueue."""
+        return await self.enqueue_async(self.args_of_call(*args, **kwargs))
+
+
+class TypedTask(Deferrable[P], Generic[P, R]):
+    """What `@app.task` returns: a Task typed with its handler's parameters and result."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast(R, self.func(*args, **kwargs))
+
+
+class ContextTask(Deferrable[P], Generic[P, R]):
+    """What `@app.task(pass_context=True)` returns: called directly with a JobContext
+    first; deferred with the other arguments only (the worker supplies the context)."""
+
+    def __call__(self, ctx: JobContext, *args: P.args, **kwargs: P.kwargs) -> R:
+        return cast(R, self.func(ctx, *args, **kwargs))
+
+
+def _describe(parameter: inspect.Parameter) -> str:
+    if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+        return f"**{parameter.name}"
+    if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+        return f"*{parameter.name}"
+    return parameter.name if parameter.default is parameter.empty else f"{parameter.name}=..."
+
+
+def _job_signature(func: Callable[..., Any], name: str, pass_context: bool) -> inspect.Signature:
+    """The handler's parameters that a job's args fill: all but the context."""
+    signature = inspect.signature(func)
+    parameters = list(signature.parameters.values())
+    if pass_context:
+        if not parameters or parameters[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ):
+            raise ConfigurationError(
+                f"task {name!r} has pass_context=True, so its handler must take the "
+                "JobContext as its first positional parameter"
+            )
+        parameters = parameters[1:]
+    return signature.replace(parameters=parameters)
 
 
 # A schedule that does not fire within this horizon is a mistake ("0 0 30 2 *").
@@ -141,13 +302,15 @@ class Periodic:
 class App:
     """The tasks of one application, and where their jobs live.
 
-    app = pgbaton.App(dsn=None, schema="pgbaton"): the DSN comes from the argument, else
-    PGBATON_DSN, else DATABASE_URL, resolved when first needed.
+    app = pgbaton.App(dsn=None, schema=None): each is the argument if given, else
+    PGBATON_DSN or DATABASE_URL (PGBATON_SCHEMA, else "pgbaton" for the schema); the
+    DSN is resolved when first needed. The command line's --dsn and --schema win over
+    both (pgbaton.dsn has the whole order).
     """
 
-    def __init__(self, dsn: str | None = None, *, schema: str = "pgbaton") -> None:
+    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
         self._dsn = dsn
-        self.schema = _sql.check_schema_name(schema)
+        self._schema = None if schema is None else _sql.check_schema_name(schema)
         self.tasks: dict[str, Task] = {}
         self.periodics: list[Periodic] = []
         self.middlewares: list[Middleware] = []
@@ -164,30 +327,48 @@ class App:
 
     @property
     def dsn(self) -> str:
-        return resolve_dsn(self._dsn)
+        return resolve_dsn(None, app_dsn=self._dsn)
+
+    @property
+    def dsn_in_code(self) -> str | None:
+        """The DSN given to App() or configure(), if any (not the environment's)."""
+        return self._dsn
+
+    @property
+    def schema(self) -> str:
+        return resolve_schema(None, app_schema=self._schema)
+
+    @property
+    def schema_in_code(self) -> str | None:
+        """The schema given to App() or configure(), if any (not the environment's)."""
+        return self._schema
 
     def configure(self, *, dsn: str | None = None, schema: str | None = None) -> None:
         """Point the app elsewhere (the command line's --dsn and --schema)."""
         if dsn is not None:
             self._dsn = dsn
         if schema is not None:
-            self.schema = _sql.check_schema_name(schema)
+            self._schema = _sql.check_schema_name(schema)
         self._queue = self._async_queue = None
 
     @property
     def queue(self) -> Queue:
+        """The App's Queue; its connections are named `pgbaton` in pg_stat_activity
+        unless the DSN names them (or the worker named them after itself)."""
         if self._queue is None:
-            self._queue = Queue(self.dsn, schema=self.schema)
+            self._queue = Queue(with_application_name(self.dsn, None), schema=self.schema)
         return self._queue
 
     @property
     def async_queue(self) -> AsyncQueue:
         if self._async_queue is None:
-            self._async_queue = AsyncQueue(self.dsn, schema=self.schema)
+            self._async_queue = AsyncQueue(
+                with_application_name(self.dsn, None), schema=self.schema
+            )
         return self._async_queue
 
     @overload
-    def task(self, func: Callable[..., Any]) -> Task: ...
+    def task(self, func: Callable[P, R]) -> TypedTask[P, R]: ...
 
     @overload
     def task(
@@ -201,8 +382,23 @@ class App:
         key: str | KeyFunction | None = None,
         timeout: float | None = None,
         lease: float | None = None,
-        pass_context: bool = False,
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+        pass_context: Literal[False] = False,
+    ) -> Callable[[Callable[P, R]], TypedTask[P, R]]: ...
+
+    @overload
+    def task(
+        self,
+        func: None = None,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+        key: str | KeyFunction | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        pass_context: Literal[True],
+    ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextTask[P, R]]: ...
 
     def task(
         self,
@@ -225,7 +421,8 @@ class App:
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
             check_int4("max_attempts", max_attempts, minimum=1)
-            task = Task(
+            kind: type[Task] = ContextTask if pass_context else TypedTask
+            task = kind(
                 self, func, name=task_name, queue=queue, max_attempts=max_attempts,
                 retry=retry, key=key, timeout=timeout, lease=lease, pass_context=pass_context,
             )

@@ -4,32 +4,64 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import json
 import logging
 import os
+import random
 import sys
+import time
 from typing import Any
 
 import click
 
-from . import _sql
+from . import _sql, logs
 from ._cli_common import (
     _print_json,
     _queue,
     _table,
+    connection_options,
     dsn_option,
+    format_duration,
+    given_on_command_line,
     json_option,
+    printable,
     resolve_dsn,
     schema_option,
 )
 from .app import App
 from .doctor import doctor
-from .errors import PgbatonError
+from .dsn import resolve_schema
+from .errors import ConfigurationError, ConnectionFailed, PgbatonError
+from .queue import Queue
 from .showcase.lab import lab
+
+logger = logging.getLogger("pgbaton.cli")
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"pgbaton: error: {' '.join(printable(message).split())}", err=True)
+    sys.exit(code)
 
 
 class _Command(click.Group):
-    """Turns pgbaton's own errors into one clear line and exit status 1 (2 is usage)."""
+    """Every error is one line and an exit status: 2 for usage, 1 for everything else;
+    `pgbaton --debug ...` shows the traceback of pgbaton's own errors instead."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            status = super().main(*args, **kwargs)
+        except click.UsageError as error:
+            where = error.ctx.command_path.replace("python -m pgbaton", "pgbaton") if (
+                error.ctx
+            ) else "pgbaton"
+            _fail(f"{error.format_message()} (see: {where} --help)", error.exit_code)
+        except click.ClickException as error:
+            _fail(error.format_message(), error.exit_code)
+        except click.Abort:
+            _fail("interrupted", 130)
+        sys.exit(status if isinstance(status, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -37,29 +69,30 @@ class _Command(click.Group):
         except (PgbatonError, ValueError) as error:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"pgbaton: error: {error}", err=True)
-            sys.exit(1)
+            _fail(str(error), 1)
 
 
 @click.group(cls=_Command)
+@click.version_option(
+    importlib.metadata.version("pgbaton"), prog_name="pgbaton", message="%(prog)s %(version)s"
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """pgbaton: a background-job queue that lives in PostgreSQL."""
     ctx.obj = {"debug": debug}
     logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
+        level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
 
 
 @main.command()
-@dsn_option
-@schema_option
-def migrate(dsn: str | None, schema: str) -> None:
+@connection_options
+def migrate(dsn: str | None, schema: str, embedded: bool) -> None:
     """Bring the schema up to date (safe to run from several processes at once)."""
-    with _queue(dsn, schema) as queue:
+    with _queue(dsn, schema, embedded) as queue:
         applied = queue.migrate()
     target = _sql.schema_version()
     if applied:
@@ -70,10 +103,19 @@ def migrate(dsn: str | None, schema: str) -> None:
 
 @main.command("schema")
 @click.option("--sql", "as_sql", is_flag=True, required=True, help="Print the DDL.")
+@click.option(
+    "--from", "from_version", type=click.IntRange(min=0), default=None, metavar="N",
+    help="Print only the upgrade from schema version N (the highest version in the "
+         "schema's schema_version table).",
+)
 @schema_option
-def schema_command(as_sql: bool, schema: str) -> None:
-    """Print the whole current schema as SQL, for teams that run their own migrations."""
-    click.echo(_sql.schema_sql(schema))
+def schema_command(as_sql: bool, from_version: int | None, schema: str) -> None:
+    """Print the schema as SQL, for teams that run their own migrations: the whole of it,
+    or with --from N only the upgrade from version N. No database is needed."""
+    if from_version is None:
+        click.echo(_sql.schema_sql(schema), nl=False)
+    else:
+        click.echo(_sql.upgrade_sql(schema, from_version), nl=False)
 
 
 def load_app(spec: str) -> App:
@@ -94,8 +136,7 @@ def load_app(spec: str) -> App:
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@dsn_option
-@click.option("--schema", default=None, help="pgbaton's schema [the App's own].")
+@connection_options
 @click.option("--queues", default=None, help="Comma-separated queues to work [all].")
 @click.option("--concurrency", default=10, show_default=True, help="Jobs at once per process.")
 @click.option("--processes", default=1, show_default=True, help="Worker processes.")
@@ -104,55 +145,149 @@ def load_app(spec: str) -> App:
 @click.option("--shutdown-grace", default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM.")
 @click.option("--no-maintenance", is_flag=True, help="Never act as the maintenance leader.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0), default=60.0,
+              show_default=True,
+              help="Seconds to keep retrying, with backoff, while the database cannot be "
+                   "reached at start-up (0: give up at once).")
+@click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
+              default="INFO", show_default=True, envvar="PGBATON_LOG_LEVEL",
+              help="Least severe log records shown [or PGBATON_LOG_LEVEL].")
+@click.option("--stats-file", type=click.Path(dir_okay=False), default=None,
+              help="Write the worker's final statistics there as JSON when it stops "
+                   "(with --processes, one file per process: FILE.0, FILE.1, ...).")
+@click.option("--log-format", type=click.Choice(logs.FORMATS), default="text",
+              show_default=True, envvar="PGBATON_LOG_FORMAT",
+              help="text for people, json (one object a line) for log collectors "
+                   "[or PGBATON_LOG_FORMAT].")
 def worker(
-    app_spec: str, dsn: str | None, schema: str | None, queues: str | None, concurrency: int,
-    processes: int, lease: float, poll_interval: float, shutdown_grace: float,
-    no_maintenance: bool,
+    app_spec: str, dsn: str | None, schema: str, embedded: bool,
+    queues: str | None, concurrency: int, processes: int,
+    lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
+    connect_timeout: float, log_level: str, log_format: str, stats_file: str | None,
 ) -> None:
-    """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT."""
-    from .worker import WorkerConfig, run_worker
+    """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
+    The database is --dsn, else the App's own, else PGBATON_DSN, else DATABASE_URL; with
+    none of them the worker refuses to start (--embedded runs pgbaton's own server). The
+    schema is --schema, else the App's, else PGBATON_SCHEMA, else pgbaton.
+    """
+    from .worker import WorkerConfig, run_worker
+    from .worker.config import default_worker_id
+
+    logs.configure(log_level, log_format)
+    # Worker processes started by --processes inherit the logging settings this way.
+    os.environ["PGBATON_LOG_LEVEL"], os.environ["PGBATON_LOG_FORMAT"] = log_level, log_format
     app = load_app(app_spec)
-    dsn = resolve_dsn(dsn, fallback=app._dsn)
-    app.configure(dsn=dsn, schema=schema)
+    worker_id = default_worker_id() if processes == 1 else None
+    dsn = resolve_dsn(
+        dsn, fallback=app.dsn_in_code, embedded=embedded,
+        application_name=f"pgbaton worker {worker_id or 'supervisor'}",
+    )
+    app.configure(dsn=dsn, schema=_app_schema(app, schema))
+    wait_for_database(dsn, app.schema, connect_timeout)
     config = WorkerConfig(
         queues=[q for q in queues.split(",") if q] if queues else None,
         concurrency=concurrency, processes=processes, lease=lease,
         poll_interval=poll_interval, shutdown_grace=shutdown_grace,
-        maintenance=not no_maintenance, dsn=dsn,
+        maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id, stats_path=stats_file,
     )
     sys.exit(run_worker(app, config, app_spec=app_spec))
+
+
+def _app_schema(app: App, schema: str) -> str:
+    """--schema if typed, else the App's own, else what the environment said."""
+    if given_on_command_line("schema"):
+        return schema
+    return resolve_schema(None, app_schema=app.schema_in_code)
+
+
+RECONNECT_FIRST_SECONDS = 0.5
+RECONNECT_MAX_SECONDS = 10.0
+
+
+def wait_for_database(dsn: str, schema: str, timeout: float) -> None:
+    """Return once the server answers and the schema is current; while the server cannot
+    be reached, retry with jittered backoff for up to `timeout` seconds (a deploy that
+    starts workers beside a database still starting up). Other errors are not retried."""
+    deadline = time.monotonic() + timeout
+    pause = RECONNECT_FIRST_SECONDS
+    while True:
+        try:
+            with Queue(dsn, schema=schema) as queue:
+                queue.open()
+            return
+        except ConnectionFailed as error:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConnectionFailed(
+                    f"{error} (gave up after --connect-timeout {timeout:g} s)"
+                ) from error
+            wait = min(left, pause * random.uniform(0.75, 1.0))
+            logger.warning(
+                "cannot reach the database yet: %s; retrying in %.1f s", error, wait,
+                extra={"retry_in": round(wait, 3), "gives_up_in": round(left, 3)},
+            )
+            time.sleep(wait)
+            pause = min(pause * 2, RECONNECT_MAX_SECONDS)
 
 
 @main.command()
 @click.argument("task")
 @click.option("--args", "args_json", default="{}", help="Keyword arguments as a JSON object.")
-@click.option("--queue", "queue_name", default="default", show_default=True)
+@click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
+              help="Check TASK and --args against this App's handler and apply the task's "
+                   "own settings (queue, max attempts, key).")
+@click.option("--queue", "queue_name", default=None, help="[the task's, else default]")
 @click.option("--priority", default=0, show_default=True)
 @click.option("--delay", type=float, default=None, help="Seconds before it may run.")
 @click.option("--key", default=None, help="Serialisation key: one running job per key.")
 @click.option("--idempotency-key", default=None, help="A second enqueue with it is a no-op.")
-@click.option("--max-attempts", default=5, show_default=True)
-@dsn_option
-@schema_option
+@click.option("--max-attempts", type=int, default=None, help="[the task's, else 5]")
+@connection_options
 @json_option
 def enqueue(
-    task: str, args_json: str, queue_name: str, priority: int, delay: float | None,
-    key: str | None, idempotency_key: str | None, max_attempts: int, dsn: str | None,
-    schema: str, as_json: bool,
+    task: str, args_json: str, app_spec: str | None, queue_name: str | None, priority: int,
+    delay: float | None, key: str | None, idempotency_key: str | None,
+    max_attempts: int | None, dsn: str | None, schema: str, embedded: bool,
+    as_json: bool,
 ) -> None:
-    """Enqueue one job of TASK."""
+    """Enqueue one job of TASK. With --app the task must exist there and its args must
+    fit its handler; without it, nothing can be checked."""
     try:
         args = json.loads(args_json)
     except json.JSONDecodeError as error:
         raise click.BadParameter(f"not JSON: {error}", param_hint="--args") from None
     if not isinstance(args, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--args")
-    with _queue(dsn, schema) as queue:
-        job_id = queue.enqueue(
-            task, args, queue=queue_name, priority=priority, delay=delay, key=key,
-            idempotency_key=idempotency_key, max_attempts=max_attempts,
+    given: dict[str, Any] = {
+        "queue": queue_name, "priority": priority, "delay": delay, "key": key,
+        "idempotency_key": idempotency_key, "max_attempts": max_attempts,
+    }
+    options = {name: value for name, value in given.items() if value is not None}
+    if app_spec is None:
+        click.echo(
+            "pgbaton: note: without --app MODULE:APP the task name and its args are not "
+            "checked against a handler", err=True,
         )
+        with _queue(dsn, schema, embedded) as queue:
+            job_id = queue.enqueue(task, args, **options)
+    else:
+        app = load_app(app_spec)
+        found = app.tasks.get(task)
+        if found is None:
+            raise click.BadParameter(
+                f"{app_spec} has no task {task!r} (it has: "
+                f"{', '.join(sorted(app.tasks)) or 'none'})", param_hint="TASK",
+            )
+        app.configure(
+            dsn=resolve_dsn(dsn, fallback=app.dsn_in_code, embedded=embedded,
+                            application_name="pgbaton enqueue"),
+            schema=_app_schema(app, schema),
+        )
+        try:
+            job_id = found.enqueue(args, **options)
+        finally:
+            app.queue.close()
     if as_json:
         _print_json({"id": job_id})
     else:
@@ -160,18 +295,25 @@ def enqueue(
 
 
 @main.command()
-@dsn_option
-@schema_option
+@connection_options
 @json_option
-def stats(dsn: str | None, schema: str, as_json: bool) -> None:
-    """Per queue: jobs by status, oldest pending age, throughput, expired leases."""
-    with _queue(dsn, schema) as queue:
-        rows = [dataclasses.asdict(s) for s in queue.stats()]
+def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
+    """Per queue: jobs by status, oldest pending age, expired leases."""
+    with _queue(dsn, schema, embedded) as queue:
+        rows = queue.stats()
     if as_json:
-        _print_json(rows)
+        _print_json([dataclasses.asdict(s) for s in rows])
         return
-    columns = list(rows[0]) if rows else ["queue"]
-    _table(f"pgbaton queues in schema {schema!r}", columns, [list(r.values()) for r in rows])
+    _table(
+        f"pgbaton queues in schema {queue.schema!r}",
+        ["queue", "pending", "running", "done", "failed", "cancelled", "expired leases",
+         "oldest pending"],
+        [
+            [s.queue, s.pending, s.running, s.done, s.failed, s.cancelled, s.expired_leases,
+             format_duration(s.oldest_pending_seconds)]
+            for s in rows
+        ],
+    )
 
 
 @main.command()
@@ -179,15 +321,14 @@ def stats(dsn: str | None, schema: str, as_json: bool) -> None:
 @click.option("--queue", "queue_name", default=None)
 @click.option("--task", default=None)
 @click.option("--limit", default=50, show_default=True)
-@dsn_option
-@schema_option
+@connection_options
 @json_option
 def jobs(
     status: str | None, queue_name: str | None, task: str | None, limit: int,
-    dsn: str | None, schema: str, as_json: bool,
+    dsn: str | None, schema: str, embedded: bool, as_json: bool,
 ) -> None:
     """List jobs, newest first."""
-    with _queue(dsn, schema) as queue:
+    with _queue(dsn, schema, embedded) as queue:
         found = queue.jobs(status=status, queue=queue_name, task=task, limit=limit)
     if as_json:
         _print_json([dataclasses.asdict(job) for job in found])
@@ -197,7 +338,7 @@ def jobs(
         [
             [j.id, j.queue, j.task, j.status, f"{j.attempts}/{j.max_attempts}", j.key,
              j.run_at.isoformat(timespec="seconds"),
-             (j.errors[-1].get("message", "") if j.errors else "")[:60]]
+             j.errors[-1].get("message", "") if j.errors else ""]
             for j in found
         ],
     )
@@ -205,15 +346,14 @@ def jobs(
 
 @main.command()
 @click.argument("job_id", type=int)
-@dsn_option
-@schema_option
+@connection_options
 @json_option
-def show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
+def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
     """Show one job, with every attempt's error."""
-    with _queue(dsn, schema) as queue:
+    with _queue(dsn, schema, embedded) as queue:
         job = queue.get(job_id)
     if job is None:
-        raise PgbatonError(f"no job {job_id} in schema {schema!r}")
+        raise PgbatonError(f"no job {job_id} in schema {queue.schema!r}")
     if as_json:
         _print_json(dataclasses.asdict(job))
         return
@@ -221,16 +361,17 @@ def show(job_id: int, dsn: str | None, schema: str, as_json: bool) -> None:
     errors = fields.pop("errors")
     _table(f"job {job_id}", ["field", "value"], [[k, v] for k, v in fields.items()])
     for error in errors:
-        click.echo(f"attempt {error.get('attempt')}: {error.get('type')}: {error.get('message')}")
+        click.echo(printable(
+            f"attempt {error.get('attempt')}: {error.get('type')}: {error.get('message')}"
+        ))
 
 
 @main.command()
 @click.argument("job_id", type=int)
-@dsn_option
-@schema_option
-def retry(job_id: int, dsn: str | None, schema: str) -> None:
+@connection_options
+def retry(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Send a failed or cancelled job back to pending with fresh attempts."""
-    with _queue(dsn, schema) as queue:
+    with _queue(dsn, schema, embedded) as queue:
         if not queue.retry(job_id):
             raise PgbatonError(f"job {job_id} is not failed or cancelled (or does not exist)")
     click.echo(f"job {job_id} is pending again")
@@ -238,11 +379,10 @@ def retry(job_id: int, dsn: str | None, schema: str) -> None:
 
 @main.command()
 @click.argument("job_id", type=int)
-@dsn_option
-@schema_option
-def cancel(job_id: int, dsn: str | None, schema: str) -> None:
+@connection_options
+def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Cancel a pending or running job (its worker loses the claim)."""
-    with _queue(dsn, schema) as queue:
+    with _queue(dsn, schema, embedded) as queue:
         if not queue.cancel(job_id):
             raise PgbatonError(f"job {job_id} is not pending or running (or does not exist)")
     click.echo(f"job {job_id} cancelled")
@@ -251,12 +391,11 @@ def cancel(job_id: int, dsn: str | None, schema: str) -> None:
 @main.command()
 @click.option("--older-than", default=7 * 24 * 3600.0, show_default=True,
               help="Seconds since the job finished.")
-@dsn_option
-@schema_option
-def prune(older_than: float, dsn: str | None, schema: str) -> None:
+@connection_options
+def prune(older_than: float, dsn: str | None, schema: str, embedded: bool) -> None:
     """Delete done, failed and cancelled jobs that finished long enough ago."""
     total = 0
-    with _queue(dsn, schema) as queue:
+    with _queue(dsn, schema, embedded) as queue:
         while pruned := queue.prune(retention=older_than):
             total += pruned
     click.echo(f"pruned {total} jobs")
@@ -265,10 +404,15 @@ def prune(older_than: float, dsn: str | None, schema: str) -> None:
 @main.command()
 @dsn_option
 def demo(dsn: str | None) -> None:
-    """Watch the crash-and-stall story on a real PostgreSQL (the embedded one by default)."""
+    """Watch the crash-and-stall demo on a real PostgreSQL, in a schema of its own: the
+    --dsn, PGBATON_DSN or DATABASE_URL server, else the embedded one."""
     from .showcase import demo as demo_module
 
-    sys.exit(demo_module.run(resolve_dsn(dsn)))
+    try:
+        chosen = resolve_dsn(dsn, application_name="pgbaton demo")
+    except ConfigurationError:
+        chosen = resolve_dsn(None, embedded=True, application_name="pgbaton demo")
+    sys.exit(demo_module.run(chosen))
 
 
 main.add_command(doctor)

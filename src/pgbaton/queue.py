@@ -37,11 +37,10 @@ from ._base import (
     job_params,
     many_job_params,
     notify_channel,
-    redact_dsn,
-    resolve_dsn,
     retry_delay,
     to_json,
 )
+from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, InvalidArgument
 
 Row = dict[str, Any]
@@ -122,7 +121,9 @@ class Queue:
                         # Every statement here has one good plan whatever its values
                         # (tests/integration/test_claim_index.py checks the claim's), so
                         # plan each once per connection instead of at every call.
-                        "options": "-c plan_cache_mode=force_generic_plan",
+                        "options": merge_options(
+                            self.dsn, "-c plan_cache_mode=force_generic_plan"
+                        ),
                     },
                     open=False,
                 )

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pgbaton(
-    *args: str, dsn: str | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    """Run the command as a user would, with the DSN only where the test gives one."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PGBATON_DSN", "DATABASE_URL")}
-    if dsn:
-        env["PGBATON_DSN"] = dsn
-    return subprocess.run(
-        [sys.executable, "-m", "pgbaton", *args],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False,
-    )
+from pgbaton import _sql
+from tests.cli.cli_helpers import pgbaton, write_app
+from tests.helpers import job_rows
 
 
 def test_operator_commands_round_trip(dsn, schema):
@@ -97,3 +83,88 @@ def test_demo_passes_its_own_invariant_report(dsn):
     assert result.stdout.count("PASS") == 7
     assert "FAIL" not in result.stdout
     assert "measured, not judged: 2040 orders in " in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("no-such-command",), ("stats", "--no-such-option"), ("worker",),
+        ("show", "not-a-number"), ("schema",), ("schema", "--sql", "--from", "-1"),
+        ("worker", "no_colon_here"), ("jobs", "--limit"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_2(args):
+    """A usage error is one line naming the problem and where help is, exit 2."""
+    result = pgbaton(*args)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("pgbaton: error: ") and "--help" in result.stderr
+
+
+def test_version_is_the_installed_packages():
+    """`pgbaton --version` prints the version pip knows."""
+    result = pgbaton("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"pgbaton {importlib.metadata.version('pgbaton')}"
+
+
+def test_enqueue_with_the_app_applies_the_tasks_settings(tmp_path, dsn, schema, db):
+    """With --app, the task's queue, max attempts and key function apply; a given option
+    still wins."""
+    assert pgbaton("migrate", "--schema", schema, dsn=dsn).returncode == 0
+    spec = write_app(tmp_path, "shop_jobs", schema=schema)
+    args = ("--args", '{"customer_id": 42, "amount": 5}', "--app", spec)
+    first = pgbaton("enqueue", "charge", *args, dsn=dsn, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "not checked" not in first.stderr
+    second = pgbaton("enqueue", "charge", *args, "--queue", "urgent", dsn=dsn, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert job_rows(db, "task", "queue", "max_attempts", "key") == [
+        ("charge", "billing", 3, "42"), ("charge", "urgent", 3, "42"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("chrage", "{}", 2, "has no task 'chrage' (it has: charge, noop)"),
+        ("charge", '{"customerid": 1, "amount": 5}', 1,
+         "missing 'customer_id'; unexpected 'customerid'"),
+        ("noop", '{"x": 1}', 1, "unexpected 'x' (its handler takes no arguments)"),
+    ],
+)
+def test_enqueue_with_the_app_refuses_what_the_worker_would(tmp_path, dsn, schema, db, case):
+    """An unknown task or args its handler cannot take: one line, nothing written."""
+    task, args, code, message = case
+    assert pgbaton("migrate", "--schema", schema, dsn=dsn).returncode == 0
+    spec = write_app(tmp_path, "shop_jobs", schema=schema)
+    result = pgbaton("enqueue", task, "--args", args, "--app", spec, dsn=dsn, cwd=tmp_path)
+    assert result.returncode == code
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert job_rows(db, "id") == []
+
+
+def test_enqueue_without_the_app_says_it_cannot_check(dsn, schema, db):
+    """Without --app the job is written as given, with a note that nothing was checked."""
+    assert pgbaton("migrate", "--schema", schema, dsn=dsn).returncode == 0
+    result = pgbaton("enqueue", "anything", "--schema", schema, dsn=dsn)
+    assert result.returncode == 0
+    assert "not checked" in result.stderr
+    assert job_rows(db, "task", "queue", "max_attempts") == [("anything", "default", 5)]
+
+
+def test_schema_sql_from_a_version_upgrades_that_version(dsn, schema, db):
+    """`schema --sql --from 1` applied to a version-1 schema makes it current."""
+    db.execute(_sql.queries(schema)["schema_create"])
+    db.execute(_sql.migrations()[0].in_schema(schema))
+    db.execute(_sql.queries(schema)["schema_version_create"])
+    db.execute(_sql.queries(schema)["schema_version_record"], {"version": 1, "name": "initial"})
+    upgrade = pgbaton("schema", "--sql", "--from", "1", "--schema", schema)
+    assert upgrade.returncode == 0
+    assert "CREATE TABLE" not in upgrade.stdout  # only what changed since version 1
+    db.execute(upgrade.stdout)
+    assert "already at version" in pgbaton("migrate", "--schema", schema, dsn=dsn).stdout
+    current = pgbaton("schema", "--sql", "--from", str(_sql.schema_version()))
+    assert "nothing to apply" in current.stdout
+    beyond = pgbaton("schema", "--sql", "--from", str(_sql.schema_version() + 1))
+    assert beyond.returncode == 1 and "no schema version" in beyond.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -50,11 +49,14 @@ class WorkerProcess:
             self.process.kill()
             self.process.wait(10)
 
+    @property
+    def stats_path(self) -> Path:
+        return self.log_path.with_suffix(".stats.json")
+
     def final_stats(self) -> dict[str, int]:
-        """The counters the worker logs as it stops."""
-        match = re.search(r"stopped: (\{.*\})", self.log())
-        assert match, f"worker did not log its final stats:\n{self.log()}"
-        return dict(json.loads(match.group(1)))
+        """The counters the worker wrote as it stopped (--stats-file)."""
+        assert self.stats_path.exists(), f"worker wrote no statistics:\n{self.log()}"
+        return dict(json.loads(self.stats_path.read_text())["stats"])
 
     def wait_for_log(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -97,7 +99,7 @@ def start_worker(
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "pgbaton", "worker", APP_SPEC, "--schema", app_schema,
-                 *options],
+                 "--stats-file", str(log_path.with_suffix(".stats.json")), *options],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
                 start_new_session=new_session,
             )

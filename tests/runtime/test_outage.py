@@ -77,7 +77,7 @@ def start_workers(server: Server, tmp_path: Path) -> Iterator[Callable[..., list
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "pgbaton", "worker", APP_SPEC, "--schema", SCHEMA,
-                     *options],
+                     "--stats-file", str(log_path.with_suffix(".stats.json")), *options],
                     stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
                 )
             workers.append(WorkerProcess(process, log_path))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.runtime import app_under_test as tasks
 from tests.runtime.conftest import scalar, wait_until
 
@@ -38,5 +40,8 @@ def test_processes_option_runs_several_worker_processes(start_worker, db, app_sc
     pids = {row["worker_pid"] for row in db.execute("SELECT DISTINCT worker_pid FROM effects")}
     assert len(pids) == 2 and supervisor.pid not in pids
     assert supervisor.stop() == 0
-    assert supervisor.log().count("stopped:") == 2
+    finals = [json.loads(supervisor.stats_path.with_suffix(f".json.{n}").read_text())
+              for n in range(2)]
+    assert sum(f["stats"]["completed"] for f in finals) == len(ids)
+    assert all(f["exit_status"] == 0 for f in finals)
     assert scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'") == 0

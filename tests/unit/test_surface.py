@@ -48,25 +48,6 @@ def test_sync_and_async_queues_offer_the_same_methods():
     assert methods(pgbaton.Queue) == methods(pgbaton.AsyncQueue)
 
 
-def test_dsn_comes_from_argument_then_environment(monkeypatch):
-    """The argument wins, then PGBATON_DSN, then DATABASE_URL; none is an error naming all."""
-    monkeypatch.setenv("DATABASE_URL", "postgresql:///from-database-url")
-    assert _base.resolve_dsn(None) == "postgresql:///from-database-url"
-    monkeypatch.setenv("PGBATON_DSN", "postgresql:///from-pgbaton-dsn")
-    assert _base.resolve_dsn(None) == "postgresql:///from-pgbaton-dsn"
-    assert _base.resolve_dsn("postgresql:///given") == "postgresql:///given"
-    monkeypatch.delenv("PGBATON_DSN")
-    monkeypatch.delenv("DATABASE_URL")
-    with pytest.raises(pgbaton.ConfigurationError, match=r"dsn=.*PGBATON_DSN.*DATABASE_URL"):
-        _base.resolve_dsn(None)
-
-
-def test_passwords_are_hidden_in_messages():
-    """A DSN in an error message never shows its password."""
-    assert _base.redact_dsn("postgresql://u:secret@h/db") == "postgresql://u:***@h/db"
-    assert "secret" not in _base.redact_dsn("host=h password=secret dbname=x")
-
-
 def test_backoff_grows_and_is_capped():
     """Retry delays double per attempt, with jitter, and never pass the cap."""
     for attempts in range(1, 30):

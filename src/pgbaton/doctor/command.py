@@ -9,8 +9,8 @@ from dataclasses import asdict
 import click
 
 from .. import _database, _sql
-from .._base import redact_dsn
 from .._cli_common import _print_json, dsn_option, json_option, resolve_dsn, schema_option
+from ..dsn import redact_dsn
 from .checks import run_checks
 from .findings import Thresholds, overall
 from .inspection import Inspection

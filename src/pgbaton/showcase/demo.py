@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -100,7 +99,8 @@ class Demo:
             process = subprocess.Popen(
                 [sys.executable, "-m", "pgbaton", "worker", "pgbaton.showcase.demo_app:app",
                  "--schema", self.schema, "--queues", queues, "--lease", str(LEASE),
-                 "--concurrency", "8", "--poll-interval", "0.5", *options],
+                 "--concurrency", "8", "--poll-interval", "0.5",
+                 "--stats-file", str(log.with_suffix(".stats.json")), *options],
                 stdout=out, stderr=subprocess.STDOUT, env=env,
             )
         worker = WorkerProc(name, role, queues, process, log)
@@ -265,8 +265,9 @@ class Demo:
 
 
 def _final_stats(log: Path) -> dict[str, int]:
-    match = re.search(r"stopped: (\{.*\})", log.read_text(errors="replace"))
-    return dict(json.loads(match.group(1))) if match else {}
+    """The counters the worker wrote as it stopped (`pgbaton worker --stats-file`)."""
+    path = log.with_suffix(".stats.json")
+    return dict(json.loads(path.read_text())["stats"]) if path.exists() else {}
 
 
 def run(dsn: str, console: Console | None = None) -> int:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import signal
 import sys
 import threading
 from typing import Any
 
+from .. import logs
 from ..app import App
-from .config import WorkerConfig
+from ..dsn import with_application_name
+from .config import WorkerConfig, default_worker_id
 from .run import run_worker
 
 
@@ -35,11 +36,16 @@ def load_app(spec: str) -> App:
 def _child_main() -> int:
     """A child: read its settings from stdin, run one worker, stop when told or when
     the supervisor's end of stdin closes."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The supervisor's command line put its logging settings in the environment.
+    logs.configure(os.environ.get("PGBATON_LOG_LEVEL", "INFO"),
+                   os.environ.get("PGBATON_LOG_FORMAT", "text"))
     settings: dict[str, Any] = json.loads(sys.stdin.readline())
     app = load_app(settings["app"])
     config = WorkerConfig(**settings["config"])
+    config.worker_id = config.worker_id or default_worker_id()
+    if config.dsn:
+        # Each child names its connections after itself (pg_stat_activity, doctor).
+        config.dsn = with_application_name(config.dsn, f"pgbaton worker {config.worker_id}")
     app.configure(dsn=config.dsn, schema=settings["schema"])
 
     def watch_parent() -> None:

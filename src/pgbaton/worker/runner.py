@@ -26,6 +26,7 @@ from typing import Any
 
 from .._base import Claim
 from ..app import App
+from ..dsn import with_application_name
 from ..events import EVENTS, Event
 from ..maintenance import Leader, Pruner, Reaper, Scheduler
 from ..queue_async import AsyncQueue
@@ -53,7 +54,10 @@ class Worker:
         self.app = app
         self.config = config or WorkerConfig()
         self.worker_id = self.config.worker_id or default_worker_id()
-        self.queue = AsyncQueue(self.config.dsn or app.dsn, schema=app.schema, pool_size=4)
+        self.queue = AsyncQueue(
+            with_application_name(self.config.dsn or app.dsn, f"pgbaton worker {self.worker_id}"),
+            schema=app.schema, pool_size=4,
+        )
         self.events = app.events
         self.stats: Counter[str] = Counter()
         self.exit_status = 0
