@@ -86,10 +86,11 @@ def start_embedded() -> str:
     """Start (or reuse) the embedded PostgreSQL 18 and return its DSN."""
     from . import embedded
 
+    server = embedded.start()  # says what to install, and exits, when the extra is missing
     click.echo(
         f"pgbaton: using the embedded PostgreSQL 18 in {embedded.DEFAULT_DATA_DIR}", err=True
     )
-    return embedded.dsn(embedded.start())
+    return embedded.dsn(server)
 
 
 def _queue(dsn: str | None, schema: str, embedded: bool = False) -> Queue:
