@@ -119,13 +119,13 @@ def _racing(
 
 
 def claim_until_empty(
-    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, seed: int
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
 ) -> dict[str, Any]:
     """Claim in random batches of 1..20 and complete at once, until nothing is pending.
 
     Every claim received and whether its completion was accepted go to claims_log.
     """
-    rng = random.Random(seed * 1000 + index)
+    rng = random.Random(replay * 1000 + index)
     worker = f"w{index}"
     began = time.monotonic()
     with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
@@ -167,7 +167,7 @@ def claim_until_empty(
 
 
 def work_keyed_jobs(
-    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, seed: int
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
 ) -> dict[str, Any]:
     """Claim in random batches of 1..10, work a few milliseconds, complete, until
     nothing is pending.
@@ -176,7 +176,7 @@ def work_keyed_jobs(
     `began` after the claim has committed, `ended` before the completion is sent, so the
     interval lies strictly inside the time the worker held the job.
     """
-    rng = random.Random(seed * 1000 + index)
+    rng = random.Random(replay * 1000 + index)
     worker = f"w{index}"
     began = time.monotonic()
     with _racing(start, dsn, schema, worker) as (queue, effects, check_time):

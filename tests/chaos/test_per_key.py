@@ -39,8 +39,9 @@ def test_keys_run_one_job_at_a_time_in_order_and_keys_do_not_wait_for_each_other
 ):
     """Four processes working 1,500 jobs of 300 keys and 300 unkeyed jobs never run two jobs
     of one key at once, start each key's jobs in enqueue order, and run different keys at once."""
-    seed = random.randrange(1_000_000)
-    specs = keyed_and_unkeyed_jobs(random.Random(seed), KEYS, JOBS_PER_KEY, UNKEYED)
+    # The one number that replays this run's random choices; printed on failure.
+    replay = random.randrange(1_000_000)
+    specs = keyed_and_unkeyed_jobs(random.Random(replay), KEYS, JOBS_PER_KEY, UNKEYED)
     total = len(specs)
     queue.enqueue_many(specs)
     # Until autovacuum gets to it the planner believes the fresh table is empty and every
@@ -57,9 +58,9 @@ def test_keys_run_one_job_at_a_time_in_order_and_keys_do_not_wait_for_each_other
     )
     db.execute("CREATE INDEX ON effects (key)")
 
-    summaries = run_workers(work_keyed_jobs, WORKERS, dsn, schema, seed)
+    summaries = run_workers(work_keyed_jobs, WORKERS, dsn, schema, replay)
 
-    context = f"seed={seed} workers={summaries}"
+    context = f"replay={replay} workers={summaries}"
     assert db.execute(
         "SELECT count(*) AS jobs,"
         " count(*) FILTER (WHERE status = 'done' AND attempts = 1) AS done_once"

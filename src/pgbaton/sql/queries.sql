@@ -85,7 +85,7 @@ FROM input LEFT JOIN inserted ON inserted.id = input.id;
 SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(keys)s::text[]);
 
 -- name: job_claim_many
--- The seed's claim: one statement, its own transaction. SKIP LOCKED passes over rows
+-- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs and none older is pending.
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
@@ -188,7 +188,7 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position;
 
 -- name: job_reap
--- The seed's reaper. Clearing the token is what fences the stalled holder out.
+-- The reaper. Clearing the token is what fences the stalled holder out.
 -- run_at stays, so the job keeps its place in the claim order.
 UPDATE __schema__.jobs AS j
 SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
