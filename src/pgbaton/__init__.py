@@ -1,12 +1,13 @@
 """pgbaton: a background-job queue that lives in PostgreSQL."""
 
-from ._base import Backoff, Claim, Job, QueueStats
+from ._base import Backoff, Claim, Enqueued, Job, QueueStats
 from ._sql import schema_sql, schema_version
 from .app import App, Periodic, Task
 from .context import JobContext
 from .errors import (
     ConfigurationError,
     ConnectionFailed,
+    IdempotencyKeyTaken,
     InvalidArgument,
     JobTimeout,
     NotSerializable,
@@ -28,6 +29,8 @@ __all__ = [
     "Claim",
     "ConfigurationError",
     "ConnectionFailed",
+    "Enqueued",
+    "IdempotencyKeyTaken",
     "InvalidArgument",
     "Job",
     "JobContext",

@@ -23,8 +23,15 @@ CREATE TABLE __schema__.jobs (
     finished_at     timestamptz,
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled')),
-    CONSTRAINT jobs_token_iff_running
-        CHECK ((status = 'running') = (claim_token IS NOT NULL AND lease_until IS NOT NULL)),
+    -- A running job holds a token and a lease; a cancelled job keeps its holder's until
+    -- the holder lets go (docs/state_machine.md); finished jobs hold neither.
+    CONSTRAINT jobs_token_while_held CHECK (
+        CASE status
+            WHEN 'running' THEN claim_token IS NOT NULL AND lease_until IS NOT NULL
+            WHEN 'done' THEN claim_token IS NULL AND lease_until IS NULL
+            WHEN 'failed' THEN claim_token IS NULL AND lease_until IS NULL
+            ELSE (claim_token IS NULL) = (lease_until IS NULL)
+        END),
     CONSTRAINT jobs_attempts_in_range
         CHECK (attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts),
     CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object')
@@ -58,7 +65,18 @@ CREATE INDEX jobs_key_unfinished ON __schema__.jobs (key, id)
 CREATE UNIQUE INDEX jobs_one_running_per_key ON __schema__.jobs (key)
     WHERE key IS NOT NULL AND status = 'running';
 
--- One job per idempotency key; jobs without a key (most of them) stay out of it.
+-- ... and a cancelled job whose handler may still run keeps its key held (the claim's
+-- third probe) until its holder releases it or its lease runs out.
+CREATE INDEX jobs_key_cancelled_held ON __schema__.jobs (key)
+    WHERE key IS NOT NULL AND status = 'cancelled' AND claim_token IS NOT NULL;
+
+-- One job per task and idempotency key; jobs without a key (most of them) stay out.
+CREATE UNIQUE INDEX jobs_task_idempotency_key_unique ON __schema__.jobs (task, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- The previous release's global idempotency index, kept while that release may still
+-- run beside this one (its enqueue names it in ON CONFLICT); a later release drops it.
+-- While it exists, a key cannot be reused across tasks.
 CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
