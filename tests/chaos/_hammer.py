@@ -218,3 +218,114 @@ def work_keyed_jobs(
         "waits": waits,
         "seconds": round(time.monotonic() - began, 2),
     }
+
+
+# The keyed jobs under an operator: leases far longer than any handler, so that only the
+# holds of cancelled jobs, never an expired lease, keep two handlers of a key apart.
+OPERATOR_LEASE_SECONDS = 2.0
+OPERATOR_ACTIONS = 60
+
+
+def _unfinished(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM jobs WHERE status IN ('pending', 'running')"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _operator_done(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT count(*) FROM operator_done").fetchone()
+    assert row is not None
+    return int(row[0]) > 0
+
+
+def keyed_jobs_under_an_operator(
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
+) -> dict[str, Any]:
+    """Process 0 is an operator who cancels running keyed jobs and often retries them a
+    moment later; the others work keyed jobs as work_keyed_jobs does, heartbeat once
+    mid-handler, and on a lost claim either stop at once or (a handler that ignores
+    should_stop) run to its end, then release the lost claim. Handler intervals go to
+    effects, timed by the server's clock inside the time each worker held the job."""
+    rng = random.Random(replay * 1000 + index)
+    worker = f"w{index}"
+    began = time.monotonic()
+    with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
+        if index == 0:
+            return _operate(queue, effects, check_time, rng, began)
+        claims_received = lost = 0
+        while True:
+            check_time()
+            claims = queue.claim(worker, limit=rng.randint(1, 4), lease=OPERATOR_LEASE_SECONDS)
+            if not claims:
+                if _operator_done(effects) and _unfinished(effects) == 0:
+                    break
+                time.sleep(0.005)
+                continue
+            claims_received += len(claims)
+            effects.execute(
+                "INSERT INTO effects (job_id, token, key, worker, began)"
+                " SELECT held.id, held.token, held.key, %s, clock_timestamp()"
+                " FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS held(id, token, key)",
+                (worker, [c.id for c in claims], [c.token for c in claims],
+                 [c.key for c in claims]),
+            )
+            time.sleep(rng.uniform(0.005, 0.02))
+            held = queue.heartbeat(claims, lease=OPERATOR_LEASE_SECONDS)
+            stopping = [
+                c for c, h in zip(claims, held, strict=True) if not h and rng.random() < 0.5
+            ]
+            _end(effects, stopping)
+            queue.release_many(stopping)  # lost claims: let go once the handler stopped
+            rest = [c for c in claims if c not in stopping]
+            time.sleep(rng.uniform(0.005, 0.02))
+            _end(effects, rest)
+            accepted = queue.complete_many([(c, None) for c in rest])
+            refused = [c for c, ok in zip(rest, accepted, strict=True) if not ok]
+            queue.release_many(refused)
+            lost += len(stopping) + len(refused)
+    return {
+        "claims": claims_received,
+        "lost": lost,
+        "seconds": round(time.monotonic() - began, 2),
+    }
+
+
+def _end(effects: psycopg.Connection[Any], claims: list[pgbaton.Claim]) -> None:
+    if claims:
+        effects.execute(
+            "UPDATE effects SET ended = clock_timestamp() WHERE token = ANY(%s::uuid[])",
+            ([c.token for c in claims],),
+        )
+
+
+def _operate(
+    queue: pgbaton.Queue,
+    effects: psycopg.Connection[Any],
+    check_time: Callable[[], None],
+    rng: random.Random,
+    began: float,
+) -> dict[str, Any]:
+    cancelled = retried = 0
+    while cancelled < OPERATOR_ACTIONS:
+        check_time()
+        row = effects.execute(
+            "SELECT id FROM jobs WHERE status = 'running' AND key IS NOT NULL"
+            " ORDER BY random() LIMIT 1"
+        ).fetchone()
+        if row is None:
+            if _unfinished(effects) == 0:
+                break
+            time.sleep(0.002)
+            continue
+        if queue.cancel(row[0]):
+            cancelled += 1
+            # `pgbaton retry` a moment later, while the handler may still run.
+            if rng.random() < 0.6:
+                time.sleep(rng.uniform(0, 0.01))
+                retried += queue.retry(row[0])
+        time.sleep(rng.uniform(0.002, 0.01))
+    effects.execute("INSERT INTO operator_done VALUES (true)")
+    seconds = round(time.monotonic() - began, 2)
+    return {"cancelled": cancelled, "retried": retried, "seconds": seconds}
