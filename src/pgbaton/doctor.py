@@ -28,7 +28,7 @@ Status = Literal["ok", "warn", "fail"]
 # The parameters the claim is EXPLAINed with: a worker filling ten free slots from
 # every queue, as AsyncQueue.claim binds them.
 CLAIM_PARAMS: dict[str, Any] = {
-    "worker_id": "pgbaton-doctor", "limit": 10, "lease": 30.0, "queues": None,
+    "worker_id": "pgbaton-doctor", "limit": 10, "lease": 30.0, "queues": None, "tasks": None,
 }
 CLAIM_INDEX = "jobs_claimable"
 # Below this many pages a seq scan of jobs costs less than walking an index, and the

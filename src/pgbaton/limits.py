@@ -26,9 +26,11 @@ MAX_ARGS_BYTES = 16 * 1024 * 1024
 # which jsonb must hold: below its 256 MB ceiling with room to spare.
 MAX_BATCH_BYTES = 200 * 1024 * 1024
 
-# JSON nesting: Python's encoder recurses once per level and stops near its recursion
-# limit (about 1,000); args nested that deep are refused as NotSerializable, never with a
-# RecursionError. (PostgreSQL itself accepts a few thousand levels.)
+# JSON nesting, in args and results. Python's decoder recurses once per level and fails
+# near its recursion limit (about 1,000, less the stack already in use), so a job nested
+# that deep could be stored by a producer and then break every claim that fetches it.
+# 200 levels leave a wide margin and are far beyond any sensible argument.
+MAX_JSON_DEPTH = 200
 
 # Durations (delay, lease, retry_in, retention, a shutdown grace) and how far ahead
 # run_at may lie: ten years. Beyond that it is a mistake, not a plan.

@@ -309,7 +309,6 @@ WHERE id IN (
     SELECT id FROM __schema__.jobs
     WHERE status IN ('done', 'failed', 'cancelled')
       AND finished_at < now() - make_interval(secs => %(retention)s::float8)
-      AND claim_token IS NULL  -- a cancelled job still held keeps its key until let go
     LIMIT %(limit)s
 )
 RETURNING id;

@@ -50,7 +50,8 @@ CREATE TABLE __schema__.jobs (
 CREATE INDEX jobs_claimable ON __schema__.jobs (priority DESC, run_at, id)
     WHERE status = 'pending';
 
--- The reaper's scan: only running rows (they alone have a lease), by lease. The
+-- The reaper's scan: only rows with a lease (running jobs, and cancelled jobs whose
+-- holder has not let go), by lease. The
 -- predicate names lease_until rather than status on purpose: statements that fence on
 -- `status = 'running'` (complete, fail, heartbeat) must find their rows by primary key,
 -- never by walking every running job, whatever the statistics say.

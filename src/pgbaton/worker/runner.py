@@ -258,8 +258,22 @@ class Worker:
             self._held.pop(claim.token, None)
             if running.lost:
                 self.stats["results_discarded"] += 1
+                await self._let_go(running)
             return
         self._completer.add(outcome)
+
+    async def _let_go(self, running: Running) -> None:
+        """Once a lost claim's handler has really stopped (a sync one may run on in its
+        thread), release the claim: a job an operator cancelled keeps its key until then
+        (docs/guarantees.md). If this fails, the key waits for the lease to run out."""
+        if running.thread is not None and not running.thread.done():
+            with contextlib.suppress(Exception):  # its error is of no use now
+                await asyncio.wrap_future(running.thread)
+        try:
+            await self.queue.release_many([running.claim])
+        except ConnectionFailed as error:
+            logger.warning("could not let go of lost job %s (%s): its lease will expire",
+                           running.claim.id, error)
 
     async def _invoke(self, task: Task, running: Running) -> Any:
         positional = (running.context,) if task.pass_context else ()
