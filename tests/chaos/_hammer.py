@@ -222,7 +222,7 @@ def work_keyed_jobs(
 
 # The keyed jobs under an operator: leases far longer than any handler, so that only the
 # holds of cancelled jobs, never an expired lease, keep two handlers of a key apart.
-OPERATOR_LEASE_SECONDS = 2.0
+OPERATOR_LEASE_SECONDS = 60.0
 OPERATOR_ACTIONS = 60
 
 

@@ -107,6 +107,36 @@ def test_retrying_a_cancelled_job_whose_holder_let_go_runs_it_at_once(queue, db)
     assert _claimed_ids(queue) == [job_id]
 
 
+def test_a_retried_job_runs_as_soon_as_its_old_handler_lets_go(queue, db):
+    """`retry` while the cancelled handler still runs, then that handler stops and its
+    worker releases the lost claim: the retried job is due at once, not at the lease."""
+    job_id = queue.enqueue("charge", key="customer-3")
+    [holder] = queue.claim("w1", lease=600)
+    assert queue.cancel(job_id) is True
+    assert queue.retry(job_id) is True
+    assert _claimed_ids(queue) == []
+    assert queue.release(holder) is False  # the old handler has stopped
+    [again] = queue.claim("w2", lease=60)
+    assert (again.id, again.attempts) == (job_id, 1) and again.token != holder.token
+    assert queue.release(holder) is False and queue.heartbeat(again) == [True]
+
+
+def test_a_retried_job_still_held_keeps_its_key_from_an_older_late_commit(queue, dsn, db):
+    """An older job of the key committed late, while a retried job's old handler may still
+    run, waits for that handler too: the retried job is pending, not running, yet its
+    key stays taken."""
+    with psycopg.connect(dsn) as slow:
+        older = queue.enqueue("charge", key="customer-3", conn=slow)
+        retried = queue.enqueue("charge", key="customer-3")
+        [holder] = queue.claim("w1", lease=600)
+        assert holder.id == retried
+        assert queue.cancel(retried) is True and queue.retry(retried) is True
+        slow.commit()
+    assert _claimed_ids(queue) == []
+    assert queue.release(holder) is False
+    assert _claimed_ids(queue) == [older]
+
+
 def test_the_reaper_clears_expired_holds_of_cancelled_jobs(queue, db):
     """A cancelled job whose holder's lease has passed loses its token and lease at the
     next reap, so it leaves the lease and key indexes; running jobs are reaped as before."""

@@ -116,9 +116,12 @@ class QueueMachine(RuleBasedStateMachine):
 
     @staticmethod
     def held_after_cancel(job: ModelJob) -> bool:
-        """A job cancelled while it ran, whose holder has neither let go nor run out of
-        lease: its handler may still be running, so its key stays taken."""
-        return job.status == "cancelled" and job.token is not None and not job.expired
+        """A job cancelled while it ran (and perhaps retried since), whose old holder has
+        neither let go nor run out of lease: its handler may still be running, so its key
+        stays taken."""
+        return (
+            job.status in ("cancelled", "pending") and job.token is not None and not job.expired
+        )
 
     def end_attempt(self, job: ModelJob, kind: str) -> None:
         """A failed or reaped attempt: its error is kept, then retry or give up."""
@@ -277,13 +280,15 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(has_claims)
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
-        """Running jobs go back to pending; a job cancelled under the claim is let go."""
+        """Running jobs go back to pending; a job cancelled (and perhaps retried) under the
+        claim is let go, and a retried one is due at once."""
         claims = self.pick_claims(data)
         expected = [self.held(c) for c in claims]
         let_go = [
-            self.jobs[c.id].status == "cancelled" and self.jobs[c.id].token == c.token
+            self.jobs[c.id].status in ("cancelled", "pending") and self.jobs[c.id].token == c.token
             for c in claims
         ]
+        tick = self.tick()
         if len(claims) == 1:
             assert [self.queue.release(claims[0])] == expected
         else:
@@ -296,6 +301,8 @@ class QueueMachine(RuleBasedStateMachine):
                 job.started = False
             elif cancelled:
                 job.token, job.expired = None, False
+                if job.status == "pending":
+                    job.due, job.tick = True, tick
 
     # -- time and maintenance ---------------------------------------------------------
 
@@ -325,8 +332,8 @@ class QueueMachine(RuleBasedStateMachine):
         for job in expired:
             self.end_attempt(job, "LeaseExpired")
         for job in self.jobs.values():
-            if job.status == "cancelled" and job.expired:
-                job.token, job.expired = None, False
+            if job.status != "running" and job.expired:
+                job.token, job.expired = None, False  # run_at stays: a retry stays not due
 
     # -- operator -----------------------------------------------------------------------
 
@@ -344,10 +351,14 @@ class QueueMachine(RuleBasedStateMachine):
             expected = job.status in ("failed", "cancelled")
             assert self.queue.retry(job.id) is expected
             if expected:
-                # Due only once a live holder's lease has run out (never in this run).
-                job.due = not self.held_after_cancel(job)
+                # A job still held keeps its hold and is due only when the holder lets
+                # go (the lease runs out only after this run).
+                held = self.held_after_cancel(job)
+                if not held:
+                    job.token, job.expired = None, False
+                job.due = not held
                 job.status, job.attempts, job.worker_id = "pending", 0, None
-                job.token, job.expired, job.tick = None, False, self.tick()
+                job.tick = self.tick()
 
     # -- the table against the model --------------------------------------------------
 

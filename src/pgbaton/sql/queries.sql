@@ -103,8 +103,8 @@ LIMIT 1;
 -- name: job_claim_many
 -- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
--- candidate only while no other job of its key runs, no cancelled one is still held by
--- its handler, and none older is pending. With tasks given, only jobs of those tasks
+-- candidate only while no other job of its key runs, none cancelled (or retried since)
+-- is still held by its old handler, and none older is pending. With tasks given, only jobs of those tasks
 -- are candidates (a worker claims what it can run): jobs of other tasks at the head of
 -- jobs_claimable are stepped over, one index entry each.
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
@@ -124,19 +124,19 @@ WITH candidate AS (
           AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
           AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
           -- Three probes, one per index, so each costs one index lookup whatever the
-          -- number of running jobs: the key's running job, a cancelled job of the key
-          -- whose handler may still run, then an older pending job.
+          -- number of running jobs: the key's running job, a job of the key cancelled
+          -- while its handler ran and not yet let go, then an older pending job.
           AND (c.key IS NULL OR (
                 NOT EXISTS (
                     SELECT 1 FROM __schema__.jobs AS running
                     WHERE running.key = c.key AND running.status = 'running'
                       AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
                 AND NOT EXISTS (
-                    SELECT 1 FROM __schema__.jobs AS cancelled
-                    WHERE cancelled.key = c.key AND cancelled.lease_until > now()
-                      -- jobs_key_cancelled_held's predicate
-                      AND cancelled.key IS NOT NULL AND cancelled.status = 'cancelled'
-                      AND cancelled.claim_token IS NOT NULL)
+                    SELECT 1 FROM __schema__.jobs AS held
+                    WHERE held.key = c.key AND held.lease_until > now()
+                      -- jobs_key_held_after_cancel's predicate
+                      AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                      AND held.status IN ('cancelled', 'pending'))
                 AND NOT EXISTS (
                     SELECT 1 FROM __schema__.jobs AS older
                     WHERE older.key = c.key AND older.status = 'pending'
@@ -203,18 +203,21 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.status;
 
 -- name: job_release_many
--- A running job goes back to pending. A job cancelled under its holder is let go: the
--- holder says its handler has stopped, so the job's key need not wait for the lease.
--- Only the running jobs count as released (the cancelled ones were lost).
+-- A running job goes back to pending. A job cancelled under its holder (and perhaps
+-- retried since) is let go: the holder says its handler has stopped, so the job's key,
+-- and the retried job itself, need not wait for the lease. Only the running jobs count
+-- as released (the others were lost).
 WITH held AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[])
                   WITH ORDINALITY AS held(id, token, position)
 ),
 let_go AS (
     UPDATE __schema__.jobs AS j
-    SET claim_token = NULL, lease_until = NULL
+    SET claim_token = NULL, lease_until = NULL,
+        run_at = CASE WHEN j.status = 'pending' THEN least(j.run_at, now()) ELSE j.run_at END
     FROM held
-    WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'cancelled'
+    WHERE j.id = held.id AND j.claim_token = held.token
+      AND j.status IN ('cancelled', 'pending')
 )
 UPDATE __schema__.jobs AS j
 SET status      = 'pending',
@@ -229,9 +232,9 @@ RETURNING held.position;
 
 -- name: job_reap
 -- The reaper. Clearing the token is what fences the stalled holder out.
--- run_at stays, so the job keeps its place in the claim order. Cancelled (or, from the
--- previous release's retry, pending) jobs whose holder's lease has passed are let go on
--- the way: their key is free already, and they leave the lease and key indexes.
+-- run_at stays, so the job keeps its place in the claim order. Cancelled (or retried)
+-- jobs whose old holder's lease has passed are let go on the way: their key is free
+-- already, and they leave the lease and key indexes.
 WITH expired_holds AS (
     UPDATE __schema__.jobs
     SET claim_token = NULL, lease_until = NULL
@@ -261,11 +264,14 @@ WHERE id = %(id)s AND status IN ('pending', 'running')
 RETURNING id;
 
 -- name: job_retry
--- A cancelled job whose handler may still run becomes due only when that holder's lease
--- runs out (greatest() passes over a NULL lease): the job never runs twice at once.
+-- A cancelled job whose handler may still run keeps that holder's token and lease, and
+-- becomes due when the holder lets go (job_release_many) or its lease runs out
+-- (greatest() passes over a NULL lease): the job never runs twice at once.
 UPDATE __schema__.jobs
 SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
-    claim_token = NULL, lease_until = NULL, finished_at = NULL, worker_id = NULL
+    claim_token = CASE WHEN lease_until > now() THEN claim_token END,
+    lease_until = CASE WHEN lease_until > now() THEN lease_until END,
+    finished_at = NULL, worker_id = NULL
 WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING id;
 

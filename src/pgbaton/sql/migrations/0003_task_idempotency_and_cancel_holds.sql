@@ -14,8 +14,8 @@ CREATE UNIQUE INDEX jobs_task_idempotency_key_unique ON __schema__.jobs (task, i
 
 -- A running job cancelled by an operator keeps its claim token and lease: its key stays
 -- held until the holder releases it (its handler has stopped) or the lease runs out.
--- Only a running job must hold a token; a cancelled one may, and a pending one may too
--- (the previous release's retry leaves a cancelled job's token in place).
+-- Only a running job must hold a token; a cancelled one may, and so may a pending one
+-- (a retry of a job still held keeps the hold; the previous release's retry leaves it).
 ALTER TABLE __schema__.jobs
     DROP CONSTRAINT jobs_token_iff_running,
     ADD CONSTRAINT jobs_token_while_held CHECK (
@@ -26,6 +26,7 @@ ALTER TABLE __schema__.jobs
             ELSE (claim_token IS NULL) = (lease_until IS NULL)
         END);
 
--- The claim's third per-key probe: a cancelled job whose handler may still run.
-CREATE INDEX jobs_key_cancelled_held ON __schema__.jobs (key)
-    WHERE key IS NOT NULL AND status = 'cancelled' AND claim_token IS NOT NULL;
+-- The claim's third per-key probe: a job cancelled (and perhaps retried) whose old
+-- handler may still run.
+CREATE INDEX jobs_key_held_after_cancel ON __schema__.jobs (key)
+    WHERE key IS NOT NULL AND claim_token IS NOT NULL AND status IN ('cancelled', 'pending');
