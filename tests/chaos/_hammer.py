@@ -329,3 +329,55 @@ def _operate(
     effects.execute("INSERT INTO operator_done VALUES (true)")
     seconds = round(time.monotonic() - began, 2)
     return {"cancelled": cancelled, "retried": retried, "seconds": seconds}
+
+
+# Idempotency keys per task that the racing producers all enqueue.
+RACED_KEYS = 300
+
+
+def enqueue_keys_once(
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
+) -> dict[str, Any]:
+    """Enqueue every idempotency key of two tasks, in the order all processes share (so
+    that they meet on each key at the same moment), one at a time (enqueue_once) or in
+    small batches (enqueue_many) as this process draws; every answer goes to outcomes,
+    so the test can check in SQL that all processes were told the same job."""
+    rng = random.Random(replay * 1000 + index)
+    worker = f"p{index}"
+    began = time.monotonic()
+    with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
+        # While the previous release's global index stands, the two tasks use keys of
+        # their own; once it is gone, they share them.
+        row = effects.execute(
+            "SELECT to_regclass('jobs_idempotency_key_unique') IS NULL AS per_task"
+        ).fetchone()
+        assert row is not None
+        wanted = [
+            (task, f"order-{n}" if row[0] else f"{task}-{n}")
+            for task in ("charge_card", "send_receipt")
+            for n in range(RACED_KEYS)
+        ]
+        random.Random(replay).shuffle(wanted)
+        answers: list[tuple[str, str, int, bool | None]] = []
+        position = 0
+        while position < len(wanted):
+            check_time()
+            if rng.random() < 0.5:
+                task, key = wanted[position]
+                outcome = queue.enqueue_once(task, {"by": worker}, idempotency_key=key)
+                answers.append((task, key, outcome.id, outcome.created))
+                position += 1
+            else:
+                batch = wanted[position:position + rng.randint(2, 10)]
+                ids = queue.enqueue_many(
+                    [{"task": task, "idempotency_key": key} for task, key in batch]
+                )
+                answers += [(t, k, i, None) for (t, k), i in zip(batch, ids, strict=True)]
+                position += len(batch)
+        effects.execute(
+            "INSERT INTO outcomes (process, task, idempotency_key, job_id, created)"
+            " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bool[])",
+            (worker, [a[0] for a in answers], [a[1] for a in answers],
+             [a[2] for a in answers], [a[3] for a in answers]),
+        )
+    return {"answers": len(answers), "seconds": round(time.monotonic() - began, 2)}
