@@ -141,22 +141,26 @@ def _nested_deeper_than(encoded: bytes, limit: int) -> bool:
     enqueue, and a batch of a thousand jobs costs well under a millisecond."""
     if encoded.count(b"[") + encoded.count(b"{") <= limit:
         return False  # the common case: too few brackets to nest that deep
-    # Drop escaped backslashes and quotes, then every string, then all but the brackets:
-    # what is left is the nesting alone.
+    # Drop escaped backslashes and quotes, then all but brackets and quotes. Two quotes
+    # side by side now end one string and open the next with no bracket between them
+    # outside: dropping them merges two strings, so what stays inside strings is kept
+    # apart from the nesting, and few quotes are left for the pattern to pair up.
     unescaped = encoded.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = _JSON_STRING.sub(b"", unescaped).translate(None, _ALL_BUT_BRACKETS)
-    # Each pass removes the innermost level everywhere (and only that: a pair the pass
-    # itself exposes waits for the next one).
+    shape = unescaped.translate(None, _ALL_BUT_BRACKETS_AND_QUOTES).replace(b'""', b"")
+    brackets = _JSON_STRING.sub(b"", shape) if b'"' in shape else shape
+    # Each pass removes the innermost level everywhere, and only that: the pairs a pass
+    # finds become a marker first, so a pair it exposes waits for the next pass.
     for _ in range(limit):
         if not brackets:
             return False
-        brackets = _EMPTY_PAIR.sub(b"", brackets)
+        brackets = (
+            brackets.replace(b"[]", b"\0").replace(b"{}", b"\0").replace(b"\0", b"")
+        )
     return bool(brackets)
 
 
 _JSON_STRING = re.compile(rb'"[^"]*"')
-_ALL_BUT_BRACKETS = bytes(code for code in range(256) if code not in b"[]{}")
-_EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
+_ALL_BUT_BRACKETS_AND_QUOTES = bytes(code for code in range(256) if code not in b'[]{}"')
 
 
 def check_text(name: str, value: str) -> str:
