@@ -8,6 +8,7 @@ the shapes bad input takes in the wild: long, deeply nested, markup-like, pg_-pr
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 from typing import Any
@@ -283,3 +284,35 @@ def test_generated_schema_names_are_refused_unless_plain_identifiers(dsn, name):
         pgbaton.Queue(dsn, schema=name)
     message = str(raised.value)
     assert "\n" not in message and "schema name" in message
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+TRICKY_TEXT = st.sampled_from(["", "[", "]", "{", "}", '"', "\\", '\\"', '""', "[{}]", "a"])
+JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.integers(), TRICKY_TEXT, st.text(max_size=5)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(TRICKY_TEXT, st.text(max_size=3)), inner, max_size=3),
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES)
+def test_the_depth_check_agrees_with_the_structure_it_was_encoded_from(value):
+    """The byte-level depth check of to_json finds exactly the nesting of the value, for
+    strings full of brackets, quotes and backslashes, at every limit around it."""
+    from pgbaton._base import _nested_deeper_than
+
+    encoded = json.dumps(value, ensure_ascii=False).encode()
+    depth = _depth(value)
+    for limit in {0, 1, max(depth - 1, 0), depth, depth + 1}:
+        assert _nested_deeper_than(encoded, limit) is (depth > limit), (limit, depth)
