@@ -1,12 +1,13 @@
 """pgbaton: a background-job queue that lives in PostgreSQL."""
 
-from ._base import Backoff, Claim, Job, QueueStats
+from ._base import Backoff, Claim, Enqueued, Job, QueueStats
 from ._sql import schema_sql, schema_version
 from .app import App, ContextTask, Deferral, Periodic, Task, TypedTask
 from .context import JobContext
 from .errors import (
     ConfigurationError,
     ConnectionFailed,
+    IdempotencyKeyTaken,
     InvalidArgument,
     JobTimeout,
     NotSerializable,
@@ -32,7 +33,9 @@ __all__ = [
     "ConnectionFailed",
     "ContextTask",
     "Deferral",
+    "Enqueued",
     "Event",
+    "IdempotencyKeyTaken",
     "InvalidArgument",
     "Job",
     "JobContext",

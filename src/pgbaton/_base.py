@@ -14,6 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidArgument, NotSerializable
+from .limits import (
+    EARLIEST_RUN_AT,
+    INT4_MAX,
+    INT4_MIN,
+    INT8_MAX,
+    MAX_ARGS_BYTES,
+    MAX_BATCH_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_KEY_BYTES,
+    MAX_NAME_BYTES,
+    MAX_SECONDS,
+)
 
 STATUSES = ("pending", "running", "done", "failed", "cancelled")
 MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
@@ -52,26 +64,72 @@ def notify_channel(schema: str) -> str:
     return schema + NOTIFY_SUFFIX
 
 
-INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
-MAX_SECONDS = 10 * 365.25 * 24 * 3600  # ten years: beyond that it is a mistake, not a plan
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def to_json(value: Any, what: str) -> str:
-    """JSON that PostgreSQL's jsonb accepts: no NaN, no NUL character, valid UTF-8."""
+def to_json(
+    value: Any, what: str, max_bytes: int = MAX_ARGS_BYTES, max_depth: int = MAX_JSON_DEPTH
+) -> str:
+    """JSON that PostgreSQL's jsonb accepts and Python decodes again: no NaN, no NUL
+    character, valid UTF-8, nested at most max_depth levels, at most max_bytes long."""
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as error:
         raise NotSerializable(f"{what} cannot be stored as JSON: {error}") from None
+    except RecursionError:
+        raise _nested_too_deeply(what, max_depth) from None
     if "\\u0000" in text and _JSON_NUL.search(text):  # the cheap test first
         raise NotSerializable(f"{what} cannot be stored: PostgreSQL cannot hold a NUL character")
     try:
-        text.encode("utf-8")
+        encoded = text.encode("utf-8")
     except UnicodeEncodeError:
         raise NotSerializable(
             f"{what} cannot be stored: it holds a lone surrogate, which is not valid Unicode"
         ) from None
+    size = len(encoded)
+    if size > max_bytes:
+        raise InvalidArgument(
+            f"{what} is {size:,} bytes as JSON, over pgbaton's limit of {max_bytes:,}: "
+            "keep large data in a table and pass its id"
+        )
+    if _nested_deeper_than(encoded, max_depth):
+        raise _nested_too_deeply(what, max_depth)
     return text
+
+
+def _nested_too_deeply(what: str, max_depth: int) -> NotSerializable:
+    return NotSerializable(
+        f"{what} cannot be stored as JSON: it is nested too deeply "
+        f"(more than {max_depth} levels)"
+    )
+
+
+def _nested_deeper_than(encoded: bytes, limit: int) -> bool:
+    """Whether JSON text (UTF-8) nests more than `limit` arrays and objects, found with
+    byte-string methods and simple patterns only (each a pass in C): this runs on every
+    enqueue, and a batch of a thousand jobs costs well under a millisecond."""
+    if encoded.count(b"[") + encoded.count(b"{") <= limit:
+        return False  # the common case: too few brackets to nest that deep
+    # Drop escaped backslashes and quotes, then all but brackets and quotes. Two quotes
+    # side by side now end one string and open the next with no bracket between them
+    # outside: dropping them merges two strings, so what stays inside strings is kept
+    # apart from the nesting, and few quotes are left for the pattern to pair up.
+    unescaped = encoded.replace(b"\\\\", b"").replace(b'\\"', b"")
+    shape = unescaped.translate(None, _ALL_BUT_BRACKETS_AND_QUOTES).replace(b'""', b"")
+    brackets = _JSON_STRING.sub(b"", shape) if b'"' in shape else shape
+    # Each pass removes the innermost level everywhere, and only that: the pairs a pass
+    # finds become a marker first, so a pair it exposes waits for the next pass.
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = (
+            brackets.replace(b"[]", b"\0").replace(b"{}", b"\0").replace(b"\0", b"")
+        )
+    return bool(brackets)
+
+
+_JSON_STRING = re.compile(rb'"[^"]*"')
+_ALL_BUT_BRACKETS_AND_QUOTES = bytes(code for code in range(256) if code not in b'[]{}"')
 
 
 def check_text(name: str, value: str) -> str:
@@ -83,6 +141,62 @@ def check_text(name: str, value: str) -> str:
     except UnicodeEncodeError:
         raise InvalidArgument(f"{name} is not valid Unicode: {value!r}") from None
     return value
+
+
+def check_name(name: str, value: object) -> str:
+    """A task, queue or worker name: a non-empty str PostgreSQL can store, short enough
+    for its index and for a NOTIFY payload."""
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{name} must be a non-empty string, got {_brief(value)}")
+    return _check_bytes(name, check_text(name, value), MAX_NAME_BYTES)
+
+
+def check_key(name: str, value: object) -> str | None:
+    """A `key` or `idempotency_key`: None, or a non-empty str short enough for its index."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidArgument(f"{name} must be a non-empty string or None, got {_brief(value)}")
+    return _check_bytes(name, check_text(name, value), MAX_KEY_BYTES)
+
+
+def _check_bytes(name: str, value: str, limit: int) -> str:
+    # Characters are at most 4 bytes: most values pass without being encoded.
+    if len(value) * 4 > limit and len(value.encode("utf-8")) > limit:
+        raise InvalidArgument(
+            f"{name} is {len(value.encode('utf-8')):,} bytes long, over pgbaton's limit "
+            f"of {limit:,}: {_brief(value)}"
+        )
+    return value
+
+
+def _brief(value: object) -> str:
+    """A value's repr short enough for a one-line error message."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]} ({len(text):,} chars)"
+
+
+def check_job_id(job_id: object) -> int:
+    if (
+        isinstance(job_id, bool)
+        or not isinstance(job_id, int)
+        or not 1 <= job_id <= INT8_MAX
+    ):
+        raise InvalidArgument(f"a job id must be a positive whole number, got {_brief(job_id)}")
+    return job_id
+
+
+def check_run_at(run_at: object) -> dt.datetime:
+    """A timezone-aware datetime from the Unix epoch to MAX_SECONDS from now."""
+    if not isinstance(run_at, dt.datetime) or run_at.tzinfo is None:
+        raise InvalidArgument(f"run_at must be a timezone-aware datetime, got {_brief(run_at)}")
+    latest = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=MAX_SECONDS)
+    if not EARLIEST_RUN_AT <= run_at <= latest:
+        raise InvalidArgument(
+            f"run_at must lie between {EARLIEST_RUN_AT:%Y-%m-%d} and ten years from now "
+            f"(the same bound as delay), got {run_at.isoformat()}"
+        )
+    return run_at
 
 
 def check_int4(name: str, value: int, minimum: int = INT4_MIN) -> int:
@@ -123,14 +237,37 @@ def check_status(status: str | None) -> str | None:
 
 
 def check_queues(queues: Iterable[str] | None) -> list[str] | None:
-    if queues is None:
+    return _check_names("queues", "queue", queues)
+
+
+def check_tasks(tasks: Iterable[str] | None) -> list[str] | None:
+    return _check_names("tasks", "task", tasks)
+
+
+def _check_names(what: str, each: str, names: Iterable[str] | None) -> list[str] | None:
+    """None (no filter), or a non-empty list of names; one name alone is a list of one."""
+    if names is None:
         return None
-    if isinstance(queues, str):
-        queues = [queues]
-    names = list(queues)
-    if not names or not all(isinstance(q, str) and q for q in names):
-        raise InvalidArgument(f"queues must be a non-empty list of queue names, got {names!r}")
-    return names
+    if isinstance(names, str):
+        names = [names]
+    try:
+        listed = list(names)
+    except TypeError:
+        raise InvalidArgument(
+            f"{what} must be a list of {each} names or None, got {_brief(names)}"
+        ) from None
+    if not listed or not all(isinstance(name, str) and name for name in listed):
+        raise InvalidArgument(
+            f"{what} must be a non-empty list of {each} names or None, got {_brief(listed)}"
+        )
+    for name in listed:
+        check_name(each, name)
+    return listed
+
+
+def check_filter(name: str, value: object) -> str | None:
+    """An optional name to list jobs by (jobs(queue=..., task=...))."""
+    return None if value is None else check_name(name, value)
 
 
 def check_limit(limit: int) -> int:
@@ -152,8 +289,7 @@ def job_params(
 ) -> dict[str, Any]:
     """Check one job's fields and encode them as statement parameters (args as JSON text,
     unless encode_args is false: enqueue_many encodes all jobs in one document)."""
-    if not isinstance(task, str) or not task:
-        raise InvalidArgument(f"task must be a non-empty string, got {task!r}")
+    check_name("task", task)
     if args is None:
         args = {}
     if not isinstance(args, Mapping):
@@ -163,24 +299,16 @@ def job_params(
         )
     if not all(isinstance(name, str) for name in args):
         raise NotSerializable(f"args for task {task!r} must have string keys")
-    if not isinstance(queue, str) or not queue:
-        raise InvalidArgument(f"queue must be a non-empty string, got {queue!r}")
-    check_text("task", task)
-    check_text("queue", queue)
+    check_name("queue", queue)
     check_int4("priority", priority)
     if run_at is not None and delay is not None:
         raise InvalidArgument("give run_at or delay, not both")
-    if run_at is not None and (
-        not isinstance(run_at, dt.datetime) or run_at.tzinfo is None
-    ):
-        raise InvalidArgument(f"run_at must be a timezone-aware datetime, got {run_at!r}")
+    if run_at is not None:
+        check_run_at(run_at)
     if delay is not None:
         check_seconds("delay", delay)
-    for name, value in (("key", key), ("idempotency_key", idempotency_key)):
-        if value is not None:
-            if not isinstance(value, str) or not value:
-                raise InvalidArgument(f"{name} must be a non-empty string or None, got {value!r}")
-            check_text(name, value)
+    check_key("key", key)
+    check_key("idempotency_key", idempotency_key)
     check_int4("max_attempts", max_attempts, minimum=1)
     return {
         "queue": queue,
@@ -200,6 +328,7 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     which each job carries only what differs from JOB_DEFAULTS."""
     rows: list[dict[str, Any]] = []
     known_tasks: set[str] = set()
+    idempotency_keys = False
     for position, job in enumerate(jobs):
         if (
             type(job) is dict
@@ -226,6 +355,7 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         except InvalidArgument as error:
             raise type(error)(f"job {position}: {error}") from None
         known_tasks.add(row["task"])
+        idempotency_keys = idempotency_keys or row["idempotency_key"] is not None
         if row["run_at"] is not None:
             row["run_at"] = row["run_at"].isoformat()
         rows.append({
@@ -233,7 +363,8 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             if name not in JOB_DEFAULTS or value != JOB_DEFAULTS[name]
         })
     try:
-        document = to_json(rows, "the jobs")
+        # Each job's args sit two levels down: in the list, in the job's object.
+        document = to_json(rows, "the batch of jobs", MAX_BATCH_BYTES, MAX_JSON_DEPTH + 2)
     except NotSerializable:
         # Name the job at fault: encode each one's args alone until one fails.
         for position, row in enumerate(rows):
@@ -242,7 +373,7 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             except NotSerializable as error:
                 raise NotSerializable(f"job {position}: {error}") from None
         raise
-    return {"jobs": document, "count": len(rows)}
+    return {"jobs": document, "count": len(rows), "idempotency_keys": idempotency_keys}
 
 
 def error_json(error: BaseException | str) -> str:
@@ -288,6 +419,16 @@ def retry_delay(attempts: int, retry_in: float | None) -> float:
     if retry_in is None:
         return DEFAULT_BACKOFF(attempts)
     return check_seconds("retry_in", retry_in)
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What enqueue_once() did: the job's id, and whether this call created the job
+    (False: a job of the same task already had the idempotency key, and nothing was
+    written)."""
+
+    id: int
+    created: bool
 
 
 @dataclass(slots=True)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from importlib import resources
 
 from .errors import ConfigurationError
+from .limits import MAX_SCHEMA_NAME_LENGTH, RESERVED_SCHEMA_PREFIX
 
 SCHEMA_PLACEHOLDER = "__schema__"
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,50}$")
+_SCHEMA_NAME = re.compile(rf"^[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}$")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -24,7 +25,13 @@ def check_schema_name(schema: str) -> str:
     if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
         raise ConfigurationError(
             f"schema name {schema!r} is not usable: use lower-case letters, digits and "
-            "underscores, starting with a letter or underscore (at most 51 characters)"
+            "underscores, starting with a letter or underscore "
+            f"(at most {MAX_SCHEMA_NAME_LENGTH} characters)"
+        )
+    if schema.startswith(RESERVED_SCHEMA_PREFIX):
+        raise ConfigurationError(
+            f"schema name {schema!r} is not usable: PostgreSQL reserves names starting "
+            f"with {RESERVED_SCHEMA_PREFIX!r} for its own schemas"
         )
     return schema
 

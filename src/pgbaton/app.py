@@ -356,14 +356,15 @@ class App:
         """The App's Queue; its connections are named `pgbaton` in pg_stat_activity
         unless the DSN names them (or the worker named them after itself)."""
         if self._queue is None:
-            self._queue = Queue(with_application_name(self.dsn, None), schema=self.schema)
+            self._queue = Queue(with_application_name(self.dsn, None), schema=self.schema,
+                                events=self.events)
         return self._queue
 
     @property
     def async_queue(self) -> AsyncQueue:
         if self._async_queue is None:
             self._async_queue = AsyncQueue(
-                with_application_name(self.dsn, None), schema=self.schema
+                with_application_name(self.dsn, None), schema=self.schema, events=self.events
             )
         return self._async_queue
 

@@ -4,6 +4,7 @@
      +-- ConfigurationError          no DSN, a bad schema name
      +-- InvalidArgument (ValueError) a value pgbaton cannot accept; nothing was written
      |    +-- NotSerializable (TypeError too)  args or a result that JSON cannot hold
+     |    +-- IdempotencyKeyTaken    the key belongs to a job of another task
      +-- ConnectionFailed            the server cannot be reached, or went away mid-call
      +-- ServerTooOld                PostgreSQL older than 13 (no built-in gen_random_uuid)
      +-- SchemaError                 the schema does not match this version of pgbaton
@@ -34,6 +35,11 @@ class InvalidArgument(PgbatonError, ValueError):
 
 class NotSerializable(InvalidArgument, TypeError):
     """Job arguments or a result that cannot be stored as JSON."""
+
+
+class IdempotencyKeyTaken(InvalidArgument):
+    """An idempotency key already used by a job of another task, refused while the schema
+    keeps the previous release's global index (docs/guarantees.md). Nothing was written."""
 
 
 class ConnectionFailed(PgbatonError):

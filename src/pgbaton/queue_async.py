@@ -20,15 +20,19 @@ from . import _database_async as database
 from . import _sql
 from ._base import (
     Claim,
+    Enqueued,
     Job,
     QueueStats,
     as_claim_list,
+    check_filter,
+    check_job_id,
     check_lease,
     check_limit,
+    check_name,
     check_queues,
     check_seconds,
     check_status,
-    check_text,
+    check_tasks,
     error_json,
     held_params,
     is_connection_loss,
@@ -39,7 +43,8 @@ from ._base import (
     to_json,
 )
 from .dsn import merge_options, redact_dsn, resolve_dsn
-from .errors import ConnectionFailed, InvalidArgument
+from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
+from .events import Event, Events
 
 Row = dict[str, Any]
 Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
@@ -64,8 +69,13 @@ class AsyncQueue:
         *,
         schema: str = "pgbaton",
         pool_size: int = 4,
+        events: Events | None = None,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
+        # job.enqueued and job.cancelled go to these subscribers (an App's queues share
+        # the App's Events); emitted when the statement ran, so with conn= the caller's
+        # transaction may still roll the job back.
+        self.events = events if events is not None else Events()
         self.schema = _sql.check_schema_name(schema)
         self.channel = notify_channel(schema)
         self._sql = _sql.queries(schema)
@@ -201,21 +211,77 @@ class AsyncQueue:
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
-        transaction. An idempotency key already present returns that job's id."""
+        transaction. An idempotency key that a job of the same task already has returns
+        that job's id (enqueue_once() also says whether the job is new)."""
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
         if idempotency_key is None:
-            return int((await self._fetch("job_insert", params, conn))[0]["id"])
+            job_id = int((await self._fetch("job_insert", params, conn))[0]["id"])
+            self._enqueued(job_id, task, queue)
+            return job_id
+        return (await self._insert_idempotent(params, conn)).id
+
+    def _enqueued(self, job_id: int, task: str, queue: str) -> None:
+        if self.events.active:
+            self.events.emit(Event("job.enqueued", job_id=job_id, task=task, queue=queue))
+
+    async def enqueue_once(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: float | None = None,
+        key: str | None = None,
+        max_attempts: int = 5,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> Enqueued:
+        """Add one job unless a job of the same task already has this idempotency key.
+        Returns the job's id and whether this call created it; a job that existed is
+        returned as it is (its args are not compared), and nothing is written."""
+        if not isinstance(idempotency_key, str):
+            raise InvalidArgument(
+                f"enqueue_once needs an idempotency_key string, got {idempotency_key!r}"
+            )
+        params = job_params(
+            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+        )
+        return await self._insert_idempotent(params, conn)
+
+    async def _insert_idempotent(
+        self, params: Mapping[str, Any], conn: psycopg.AsyncConnection[Any] | None
+    ) -> Enqueued:
         rows = await self._fetch("job_insert_idempotent", params, conn)
-        if not rows:
-            # The key was inserted by a transaction that committed after this
-            # statement's snapshot: a fresh statement sees it.
-            return (await self._ids_by_idempotency_key([idempotency_key], conn))[
-                idempotency_key
-            ]
-        return int(rows[0]["id"])
+        if rows:
+            enqueued = Enqueued(id=int(rows[0]["id"]), created=bool(rows[0]["created"]))
+            if enqueued.created:
+                self._enqueued(enqueued.id, params["task"], params["queue"])
+            return enqueued
+        # Nothing inserted and nothing found: the job that has the key was committed after
+        # this statement's snapshot (a fresh statement sees it), or it belongs to another
+        # task and the previous release's global index refused the key.
+        task, key = params["task"], params["idempotency_key"]
+        found = await self._ids_by_task_idempotency_key([task], [key], conn)
+        if (task, key) in found:
+            return Enqueued(id=found[task, key], created=False)
+        raise await self._key_taken(task, key, conn)
+
+    async def _key_taken(
+        self, task: str, key: str, conn: psycopg.AsyncConnection[Any] | None
+    ) -> IdempotencyKeyTaken:
+        rows = await self._fetch("job_idempotency_key_holder", {"idempotency_key": key}, conn)
+        holder = f"job {rows[0]['id']} of task {rows[0]['task']!r}" if rows else "another job"
+        return IdempotencyKeyTaken(
+            f"idempotency key {key!r} for task {task!r} is taken by {holder}: keys are per "
+            "task, but until the previous release's global index is dropped a key cannot "
+            "be reused across tasks; nothing was written"
+        )
 
     async def enqueue_many(
         self,
@@ -223,27 +289,73 @@ class AsyncQueue:
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> list[int]:
-        """Add many jobs in one statement; ids come back in input order."""
+        """Add many jobs in one statement; ids come back in input order. A job whose
+        task already has a job with its idempotency key gets that job's id instead. All
+        or nothing: a key taken by another task's job raises and writes none of them."""
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
-        ids: list[int | None] = row["ids"]
-        if None not in ids:
-            return cast(list[int], ids)
-        keys: list[str] = row["idempotency_keys"]
-        missing = [key for job_id, key in zip(ids, keys, strict=True) if job_id is None]
-        existing = await self._ids_by_idempotency_key(missing, conn)
-        return [
-            job_id if job_id is not None else existing[key]
-            for job_id, key in zip(ids, keys, strict=True)
-        ]
+        ids = await self._insert_many(params, conn)
+        if self.events.active:
+            self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+        return ids
 
-    async def _ids_by_idempotency_key(
-        self, keys: Sequence[str | None], conn: psycopg.AsyncConnection[Any] | None
-    ) -> dict[str, int]:
-        rows = await self._fetch("job_ids_by_idempotency_key", {"keys": list(keys)}, conn)
-        return {row["idempotency_key"]: int(row["id"]) for row in rows}
+    async def _insert_many(
+        self, params: Mapping[str, Any], conn: psycopg.AsyncConnection[Any] | None
+    ) -> list[int]:
+        if not params["idempotency_keys"]:
+            (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
+            return cast(list[int], row["ids"])
+        # The insert and the look-up of taken keys form one transaction (a savepoint in
+        # the caller's), so that a key taken by another task undoes the whole batch.
+        async with self._transaction(conn) as held:
+            (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, held)
+            ids: list[int | None] = row["ids"]
+            if None not in ids:
+                return cast(list[int], ids)
+            wanted = [
+                (task, key)
+                for job_id, task, key in zip(
+                    ids, row["tasks"], row["idempotency_keys"], strict=True
+                )
+                if job_id is None
+            ]
+            existing = await self._ids_by_task_idempotency_key(
+                [task for task, _ in wanted], [key for _, key in wanted], held
+            )
+            for task, key in wanted:
+                if (task, key) not in existing:
+                    raise await self._key_taken(task, key, held)
+            return [
+                job_id if job_id is not None else existing[task, key]
+                for job_id, task, key in zip(
+                    ids, row["tasks"], row["idempotency_keys"], strict=True
+                )
+            ]
+
+    @asynccontextmanager
+    async def _transaction(
+        self, conn: psycopg.AsyncConnection[Any] | None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A transaction on the caller's connection (a savepoint inside theirs) or on a
+        pooled one."""
+        if conn is not None:
+            async with conn.transaction():
+                yield conn
+            return
+        async with self._connection() as pooled, pooled.transaction():
+            yield pooled
+
+    async def _ids_by_task_idempotency_key(
+        self,
+        tasks: Sequence[str],
+        keys: Sequence[str],
+        conn: psycopg.AsyncConnection[Any] | None,
+    ) -> dict[tuple[str, str], int]:
+        rows = await self._fetch(
+            "job_ids_by_task_idempotency_key", {"tasks": list(tasks), "keys": list(keys)}, conn
+        )
+        return {(row["task"], row["idempotency_key"]): int(row["id"]) for row in rows}
 
     # -- consuming ------------------------------------------------------------------
 
@@ -254,16 +366,17 @@ class AsyncQueue:
         limit: int = 1,
         lease: float = 30.0,
         queues: Iterable[str] | None = None,
+        tasks: Iterable[str] | None = None,
     ) -> list[Claim]:
-        """Claim up to `limit` claimable jobs in one statement, committed at once."""
-        if not isinstance(worker_id, str) or not worker_id:
-            raise InvalidArgument(f"worker_id must be a non-empty string, got {worker_id!r}")
-        check_text("worker_id", worker_id)
+        """Claim up to `limit` claimable jobs in one statement, committed at once. With
+        `tasks`, only jobs of those tasks (the ones this worker can run) are claimed;
+        jobs of other tasks stay pending, their attempts untouched."""
         params = {
-            "worker_id": worker_id,
+            "worker_id": check_name("worker_id", worker_id),
             "limit": check_limit(limit),
             "lease": check_lease(lease),
             "queues": check_queues(queues),
+            "tasks": check_tasks(tasks),
         }
         for _ in range(3):
             try:
@@ -334,7 +447,9 @@ class AsyncQueue:
 
     async def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
-        down). False: this claim was lost and nothing was changed."""
+        down). False: this claim was lost. A job cancelled under this claim is let go
+        (its key no longer waits for the lease): release a lost claim once its handler
+        has stopped."""
         return (await self.release_many([claim]))[0]
 
     async def release_many(self, claims: Iterable[Claim]) -> list[bool]:
@@ -364,15 +479,20 @@ class AsyncQueue:
         return bool(rows[0]["acquired"])
 
     async def cancel(self, job_id: int) -> bool:
-        """Cancel a pending or running job; a running holder loses its claim."""
-        return bool(await self._fetch("job_cancel", {"id": job_id}))
+        """Cancel a pending or running job; a running holder loses its claim, but the
+        job's key stays held until that holder releases it or its lease runs out."""
+        cancelled = bool(await self._fetch("job_cancel", {"id": check_job_id(job_id)}))
+        if cancelled and self.events.active:
+            self.events.emit(Event("job.cancelled", job_id=job_id))
+        return cancelled
 
     async def retry(self, job_id: int) -> bool:
-        """Send a failed or cancelled job back to pending with a fresh set of attempts."""
-        return bool(await self._fetch("job_retry", {"id": job_id}))
+        """Send a failed or cancelled job back to pending with a fresh set of attempts;
+        a cancelled job whose holder's lease has not run out waits for it first."""
+        return bool(await self._fetch("job_retry", {"id": check_job_id(job_id)}))
 
     async def get(self, job_id: int) -> Job | None:
-        rows = await self._fetch("job_get", {"id": job_id})
+        rows = await self._fetch("job_get", {"id": check_job_id(job_id)})
         return Job.from_row(rows[0]) if rows else None
 
     async def jobs(
@@ -386,8 +506,8 @@ class AsyncQueue:
         """The newest jobs first, filtered by status, queue and task."""
         params = {
             "status": check_status(status),
-            "queue": queue,
-            "task": task,
+            "queue": check_filter("queue", queue),
+            "task": check_filter("task", task),
             "limit": check_limit(limit),
         }
         return [Job.from_row(row) for row in await self._fetch("job_list", params)]

@@ -119,13 +119,13 @@ def _racing(
 
 
 def claim_until_empty(
-    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, seed: int
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
 ) -> dict[str, Any]:
     """Claim in random batches of 1..20 and complete at once, until nothing is pending.
 
     Every claim received and whether its completion was accepted go to claims_log.
     """
-    rng = random.Random(seed * 1000 + index)
+    rng = random.Random(replay * 1000 + index)
     worker = f"w{index}"
     began = time.monotonic()
     with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
@@ -167,7 +167,7 @@ def claim_until_empty(
 
 
 def work_keyed_jobs(
-    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, seed: int
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
 ) -> dict[str, Any]:
     """Claim in random batches of 1..10, work a few milliseconds, complete, until
     nothing is pending.
@@ -176,7 +176,7 @@ def work_keyed_jobs(
     `began` after the claim has committed, `ended` before the completion is sent, so the
     interval lies strictly inside the time the worker held the job.
     """
-    rng = random.Random(seed * 1000 + index)
+    rng = random.Random(replay * 1000 + index)
     worker = f"w{index}"
     began = time.monotonic()
     with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
@@ -218,3 +218,166 @@ def work_keyed_jobs(
         "waits": waits,
         "seconds": round(time.monotonic() - began, 2),
     }
+
+
+# The keyed jobs under an operator: leases far longer than any handler, so that only the
+# holds of cancelled jobs, never an expired lease, keep two handlers of a key apart.
+OPERATOR_LEASE_SECONDS = 60.0
+OPERATOR_ACTIONS = 60
+
+
+def _unfinished(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM jobs WHERE status IN ('pending', 'running')"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _operator_done(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT count(*) FROM operator_done").fetchone()
+    assert row is not None
+    return int(row[0]) > 0
+
+
+def keyed_jobs_under_an_operator(
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
+) -> dict[str, Any]:
+    """Process 0 is an operator who cancels running keyed jobs and often retries them a
+    moment later; the others work keyed jobs as work_keyed_jobs does, heartbeat once
+    mid-handler, and on a lost claim either stop at once or (a handler that ignores
+    should_stop) run to its end, then release the lost claim. Handler intervals go to
+    effects, timed by the server's clock inside the time each worker held the job."""
+    rng = random.Random(replay * 1000 + index)
+    worker = f"w{index}"
+    began = time.monotonic()
+    with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
+        if index == 0:
+            return _operate(queue, effects, check_time, rng, began)
+        claims_received = lost = 0
+        while True:
+            check_time()
+            claims = queue.claim(worker, limit=rng.randint(1, 4), lease=OPERATOR_LEASE_SECONDS)
+            if not claims:
+                if _operator_done(effects) and _unfinished(effects) == 0:
+                    break
+                time.sleep(0.005)
+                continue
+            claims_received += len(claims)
+            effects.execute(
+                "INSERT INTO effects (job_id, token, key, worker, began)"
+                " SELECT held.id, held.token, held.key, %s, clock_timestamp()"
+                " FROM unnest(%s::bigint[], %s::uuid[], %s::text[]) AS held(id, token, key)",
+                (worker, [c.id for c in claims], [c.token for c in claims],
+                 [c.key for c in claims]),
+            )
+            time.sleep(rng.uniform(0.005, 0.02))
+            held = queue.heartbeat(claims, lease=OPERATOR_LEASE_SECONDS)
+            stopping = [
+                c for c, h in zip(claims, held, strict=True) if not h and rng.random() < 0.5
+            ]
+            _end(effects, stopping)
+            queue.release_many(stopping)  # lost claims: let go once the handler stopped
+            rest = [c for c in claims if c not in stopping]
+            time.sleep(rng.uniform(0.005, 0.02))
+            _end(effects, rest)
+            accepted = queue.complete_many([(c, None) for c in rest])
+            refused = [c for c, ok in zip(rest, accepted, strict=True) if not ok]
+            queue.release_many(refused)
+            lost += len(stopping) + len(refused)
+    return {
+        "claims": claims_received,
+        "lost": lost,
+        "seconds": round(time.monotonic() - began, 2),
+    }
+
+
+def _end(effects: psycopg.Connection[Any], claims: list[pgbaton.Claim]) -> None:
+    if claims:
+        effects.execute(
+            "UPDATE effects SET ended = clock_timestamp() WHERE token = ANY(%s::uuid[])",
+            ([c.token for c in claims],),
+        )
+
+
+def _operate(
+    queue: pgbaton.Queue,
+    effects: psycopg.Connection[Any],
+    check_time: Callable[[], None],
+    rng: random.Random,
+    began: float,
+) -> dict[str, Any]:
+    cancelled = retried = 0
+    while cancelled < OPERATOR_ACTIONS:
+        check_time()
+        row = effects.execute(
+            "SELECT id FROM jobs WHERE status = 'running' AND key IS NOT NULL"
+            " ORDER BY random() LIMIT 1"
+        ).fetchone()
+        if row is None:
+            if _unfinished(effects) == 0:
+                break
+            time.sleep(0.002)
+            continue
+        if queue.cancel(row[0]):
+            cancelled += 1
+            # `pgbaton retry` a moment later, while the handler may still run.
+            if rng.random() < 0.6:
+                time.sleep(rng.uniform(0, 0.01))
+                retried += queue.retry(row[0])
+        time.sleep(rng.uniform(0.002, 0.01))
+    effects.execute("INSERT INTO operator_done VALUES (true)")
+    seconds = round(time.monotonic() - began, 2)
+    return {"cancelled": cancelled, "retried": retried, "seconds": seconds}
+
+
+# Idempotency keys per task that the racing producers all enqueue.
+RACED_KEYS = 300
+
+
+def enqueue_keys_once(
+    index: int, start: multiprocessing.synchronize.Barrier, dsn: str, schema: str, replay: int
+) -> dict[str, Any]:
+    """Enqueue every idempotency key of two tasks, in the order all processes share (so
+    that they meet on each key at the same moment), one at a time (enqueue_once) or in
+    small batches (enqueue_many) as this process draws; every answer goes to outcomes,
+    so the test can check in SQL that all processes were told the same job."""
+    rng = random.Random(replay * 1000 + index)
+    worker = f"p{index}"
+    began = time.monotonic()
+    with _racing(start, dsn, schema, worker) as (queue, effects, check_time):
+        # While the previous release's global index stands, the two tasks use keys of
+        # their own; once it is gone, they share them.
+        row = effects.execute(
+            "SELECT to_regclass('jobs_idempotency_key_unique') IS NULL AS per_task"
+        ).fetchone()
+        assert row is not None
+        wanted = [
+            (task, f"order-{n}" if row[0] else f"{task}-{n}")
+            for task in ("charge_card", "send_receipt")
+            for n in range(RACED_KEYS)
+        ]
+        random.Random(replay).shuffle(wanted)
+        answers: list[tuple[str, str, int, bool | None]] = []
+        position = 0
+        while position < len(wanted):
+            check_time()
+            if rng.random() < 0.5:
+                task, key = wanted[position]
+                outcome = queue.enqueue_once(task, {"by": worker}, idempotency_key=key)
+                answers.append((task, key, outcome.id, outcome.created))
+                position += 1
+            else:
+                batch = wanted[position:position + rng.randint(2, 10)]
+                ids = queue.enqueue_many(
+                    [{"task": task, "idempotency_key": key} for task, key in batch]
+                )
+                answers += [(t, k, i, None) for (t, k), i in zip(batch, ids, strict=True)]
+                position += len(batch)
+        effects.execute(
+            "INSERT INTO outcomes (process, task, idempotency_key, job_id, created)"
+            " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bool[])",
+            (worker, [a[0] for a in answers], [a[1] for a in answers],
+             [a[2] for a in answers], [a[3] for a in answers]),
+        )
+    return {"answers": len(answers), "seconds": round(time.monotonic() - began, 2)}

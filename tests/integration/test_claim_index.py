@@ -66,9 +66,14 @@ def big(server_dsn: str) -> Iterator[tuple[str, psycopg.Connection[DictRow]]]:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
 
 
-def _claim_params(limit: int, queues: list[str] | None) -> dict[str, Any]:
+def _claim_params(
+    limit: int, queues: list[str] | None, tasks: list[str] | None = None
+) -> dict[str, Any]:
     """The parameters AsyncQueue.claim binds, with the types it binds them as."""
-    return {"worker_id": "explainer", "limit": limit, "lease": 30.0, "queues": queues}
+    return {
+        "worker_id": "explainer", "limit": limit, "lease": 30.0, "queues": queues,
+        "tasks": tasks,
+    }
 
 
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -111,9 +116,15 @@ def _assert_served_by_jobs_claimable(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("limit", "queues"), [(1, None), (10, None), (10, ["default", "mail"])]
+    ("limit", "queues", "tasks"),
+    [
+        (1, None, None),
+        (10, None, None),
+        (10, ["default", "mail"], None),
+        (10, None, ["send_email", "resize_image"]),
+    ],
 )
-def test_claim_plan_reads_the_head_of_jobs_claimable(big, limit, queues):
+def test_claim_plan_reads_the_head_of_jobs_claimable(big, limit, queues, tasks):
     """The planned claim reads jobs through jobs_claimable in claim order, with no table
     scan and no sort, even with a million done rows in the table."""
     schema, conn = big
@@ -122,7 +133,7 @@ def test_claim_plan_reads_the_head_of_jobs_claimable(big, limit, queues):
     # executions on a connection are.
     [row] = conn.execute(
         "EXPLAIN (FORMAT JSON) " + query,  # type: ignore[operator]
-        _claim_params(limit, queues),
+        _claim_params(limit, queues, tasks),
         prepare=False,
     ).fetchall()
     _assert_served_by_jobs_claimable(row["QUERY PLAN"][0]["Plan"])
@@ -183,3 +194,35 @@ def test_claim_touches_a_handful_of_pages_not_the_table(big):
 
     pending = conn.execute("SELECT count(*) AS n FROM jobs WHERE status = 'pending'").fetchone()
     assert pending == {"n": PENDING_ROWS}
+
+
+def test_a_backlog_of_other_tasks_at_the_head_is_stepped_over_in_the_index(big):
+    """A worker that knows only `resize_image`, behind a thousand `send_email` jobs at the
+    head of the queue, claims its jobs through jobs_claimable: it steps over one index
+    entry per job of the other task, and still reads nothing like the table."""
+    schema, conn = big
+    query = _sql.queries(schema)["job_claim_many"]
+    table_pages = conn.execute(
+        "SELECT pg_relation_size('jobs') / current_setting('block_size')::int AS pages"
+    ).fetchone()["pages"]  # type: ignore[index]
+    with conn.transaction(force_rollback=True):
+        conn.execute(
+            "INSERT INTO jobs (task) SELECT 'resize_image' FROM generate_series(1, 10)"
+        )
+        [row] = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query,  # type: ignore[operator]
+            _claim_params(10, None, ["resize_image"]),
+            prepare=False,
+        ).fetchall()
+        plan = row["QUERY PLAN"][0]["Plan"]
+        scan = _assert_served_by_jobs_claimable(plan)
+        assert plan["Actual Rows"] == 10
+        assert scan["Rows Removed by Filter"] == PENDING_ROWS, scan
+        statement_pages = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+        assert statement_pages < table_pages / 20, (statement_pages, table_pages)
+        claimed = conn.execute(
+            "SELECT count(*) FILTER (WHERE task = 'resize_image') AS mine,"
+            " count(*) FILTER (WHERE task = 'send_email') AS other"
+            " FROM jobs WHERE status = 'running'"
+        ).fetchone()
+        assert claimed == {"mine": 10, "other": 0}

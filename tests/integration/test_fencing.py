@@ -56,13 +56,20 @@ def test_stale_release_returns_false_and_changes_nothing(queue, db):
 
 
 def test_cancel_fences_out_the_running_holder(queue, db):
-    """Cancelling a running job clears its token: the holder's heartbeat and completion fail."""
+    """Cancelling a running job fences its holder out (heartbeat, completion and failure
+    fail, the lease stops moving) while the job keeps the holder's token until the holder
+    releases it; then the job is cancelled and holds nothing."""
     job_id = queue.enqueue("report")
     [claim] = queue.claim("w")
     assert queue.cancel(job_id) is True
+    lease = job_rows(db, "lease_until")
     assert queue.heartbeat(claim) == [False]
     assert queue.complete(claim) is False
-    assert job_rows(db, "status", "claim_token") == [("cancelled", None)]
+    assert queue.fail(claim, "boom") is False
+    assert job_rows(db, "status", "claim_token") == [("cancelled", claim.token)]
+    assert job_rows(db, "lease_until") == lease
+    assert queue.release(claim) is False  # lost, but its handler has stopped: let go
+    assert job_rows(db, "status", "claim_token", "lease_until") == [("cancelled", None, None)]
     assert queue.cancel(job_id) is False  # final states stay final
 
 

@@ -106,8 +106,21 @@ class QueueMachine(RuleBasedStateMachine):
             return True
         return not any(
             other.key == job.key
-            and (other.status == "running" or (other.status == "pending" and other.id < job.id))
+            and (
+                other.status == "running"
+                or self.held_after_cancel(other)
+                or (other.status == "pending" and other.id < job.id)
+            )
             for other in self.jobs.values()
+        )
+
+    @staticmethod
+    def held_after_cancel(job: ModelJob) -> bool:
+        """A job cancelled while it ran (and perhaps retried since), whose old holder has
+        neither let go nor run out of lease: its handler may still be running, so its key
+        stays taken."""
+        return (
+            job.status in ("cancelled", "pending") and job.token is not None and not job.expired
         )
 
     def end_attempt(self, job: ModelJob, kind: str) -> None:
@@ -267,26 +280,38 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(has_claims)
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
+        """Running jobs go back to pending; a job cancelled (and perhaps retried) under the
+        claim is let go, and a retried one is due at once."""
         claims = self.pick_claims(data)
         expected = [self.held(c) for c in claims]
+        let_go = [
+            self.jobs[c.id].status in ("cancelled", "pending") and self.jobs[c.id].token == c.token
+            for c in claims
+        ]
+        tick = self.tick()
         if len(claims) == 1:
             assert [self.queue.release(claims[0])] == expected
         else:
             assert self.queue.release_many(claims) == expected
-        for claim, held in zip(claims, expected, strict=True):
+        for claim, held, cancelled in zip(claims, expected, let_go, strict=True):
+            job = self.jobs[claim.id]
             if held:
-                job = self.jobs[claim.id]
                 job.status, job.token, job.worker_id = "pending", None, None
                 job.attempts -= 1
                 job.started = False
+            elif cancelled:
+                job.token, job.expired = None, False
+                if job.status == "pending":
+                    job.due, job.tick = True, tick
 
     # -- time and maintenance ---------------------------------------------------------
 
-    @precondition(lambda self: any(j.status == "running" for j in self.jobs.values()))
+    @precondition(lambda self: any(j.token is not None for j in self.jobs.values()))
     @rule(position=st.integers(0, 31))
     def expire(self, position: int) -> None:
-        """The holder stalls: its lease runs out without anyone waiting for it."""
-        running = sorted(j.id for j in self.jobs.values() if j.status == "running")
+        """The holder stalls: its lease runs out without anyone waiting for it (a running
+        job's, or that of a job cancelled under its holder)."""
+        running = sorted(j.id for j in self.jobs.values() if j.token is not None)
         job_id = running[position % len(running)]
         self.db.execute(
             "UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
@@ -296,13 +321,19 @@ class QueueMachine(RuleBasedStateMachine):
 
     # Only once a lease has passed, so that every reap has work; the live leases beside
     # the expired ones must come through it untouched, which the invariant checks.
-    @precondition(lambda self: any(j.status == "running" and j.expired for j in self.jobs.values()))
+    @precondition(
+        lambda self: any(j.token is not None and j.expired for j in self.jobs.values())
+    )
     @rule()
     def reap(self) -> None:
+        """Expired running jobs end their attempt; expired holds of cancelled jobs go."""
         expired = [j for j in self.jobs.values() if j.status == "running" and j.expired]
         assert self.queue.reap() == len(expired)
         for job in expired:
             self.end_attempt(job, "LeaseExpired")
+        for job in self.jobs.values():
+            if job.status != "running" and job.expired:
+                job.token, job.expired = None, False  # run_at stays: a retry stays not due
 
     # -- operator -----------------------------------------------------------------------
 
@@ -314,13 +345,20 @@ class QueueMachine(RuleBasedStateMachine):
             expected = job.status in ("pending", "running")
             assert self.queue.cancel(job.id) is expected
             if expected:
-                job.status, job.token = "cancelled", None
+                # A running job keeps its holder's token: its key stays taken.
+                job.status = "cancelled"
         else:
             expected = job.status in ("failed", "cancelled")
             assert self.queue.retry(job.id) is expected
             if expected:
+                # A job still held keeps its hold and is due only when the holder lets
+                # go (the lease runs out only after this run).
+                held = self.held_after_cancel(job)
+                if not held:
+                    job.token, job.expired = None, False
+                job.due = not held
                 job.status, job.attempts, job.worker_id = "pending", 0, None
-                job.tick, job.due = self.tick(), True
+                job.tick = self.tick()
 
     # -- the table against the model --------------------------------------------------
 
@@ -343,8 +381,8 @@ class QueueMachine(RuleBasedStateMachine):
             assert row["idempotency_key"] == job.idempotency_key, where
             assert row["claim_token"] == job.token, where
             assert row["worker_id"] == job.worker_id, where
-            assert row["leased"] is (job.status == "running"), where
-            if job.status == "running":
+            assert row["leased"] is (job.token is not None), where
+            if job.token is not None:
                 assert row["lease_passed"] is job.expired, where
             if job.status == "pending":
                 assert row["due"] is job.due, where

@@ -33,7 +33,8 @@ async def run_all(aqueue, app, claims, concurrency=4):
     held = HeldJobs(concurrency)
     executor = Executor(held=held, tasks=app.tasks, middlewares=app.middlewares,
                         worker_id="parts-test", claim_lease=30,
-                        extend_one=_never_extend, notify=ignore)
+                        extend_one=_never_extend, notify=ignore,
+                        on_dropped=ignore)
     executor.start(claims, time.monotonic())
     await asyncio.gather(*(r.handler for r in held if r.handler), return_exceptions=True)
     executor.shutdown()
@@ -104,7 +105,8 @@ async def test_heartbeat_extends_held_leases_and_detects_a_lost_claim(aqueue, db
         await asyncio.sleep(3600)
 
     executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
-                        claim_lease=5, extend_one=_never_extend, notify=ignore)
+                        claim_lease=5, extend_one=_never_extend, notify=ignore,
+                        on_dropped=ignore)
     executor.start(claims, time.monotonic())
     heartbeat = Heartbeat(aqueue, held, default_lease=60, notify=ignore)
     before = {r["id"]: r["lease_until"] for r in db.execute("SELECT id, lease_until FROM jobs")}

@@ -138,7 +138,11 @@ async def test_events_reach_subscribers_and_a_raising_one_breaks_nothing(
     worker.request_stop()
     assert await asyncio.wait_for(run, 30) == 0
     app.events.flush()
-    names = [e.name for e in seen]
+    enqueued = [e for e in seen if e.name == "job.enqueued"]
+    assert [(e.job_id, e.task) for e in enqueued] == list(
+        zip([*ids, failing], ["fine"] * 3 + ["broken"], strict=True)
+    )
+    names = [e.name for e in seen if e.name != "job.enqueued"]
     assert names[0] == "worker.started" and names[-1] == "worker.stopped"
     for job_id in ids:
         mine = [e for e in seen if e.job_id == job_id]

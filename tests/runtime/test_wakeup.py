@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import psycopg
 
 import pgbaton
@@ -87,25 +89,40 @@ def test_delayed_job_is_picked_up_by_polling(start_worker, db, app_schema):
     assert stats["completed"] == 1, stats
 
 
-def test_unknown_task_fails_its_job_and_the_worker_goes_on(start_worker, db, app_schema,
-                                                           queue: pgbaton.Queue):
-    """A job naming a task the app lacks fails with an error that names it; the same
-    worker process then runs the next job."""
+def test_unknown_task_waits_for_a_worker_that_knows_it(start_worker, db, app_schema,
+                                                       queue: pgbaton.Queue):
+    """A worker claims only the tasks its App registers: a job of a task it lacks (a
+    release not yet deployed) stays pending with no attempt spent while the worker runs
+    the jobs it knows."""
     worker = start_worker("--poll-interval", "0.2", "--no-maintenance")
     unknown = queue.enqueue("no_such_task", max_attempts=1)
-    wait_until(
-        lambda: scalar(db, "SELECT status FROM jobs WHERE id = %s", unknown) == "failed",
-        timeout=10, what="the unknown task's job to fail",
-    )
-    errors = scalar(db, "SELECT errors FROM jobs WHERE id = %s", unknown)
-    assert len(errors) == 1
-    assert errors[0]["type"] == "UnknownTask"
-    assert "'no_such_task'" in errors[0]["message"]
     later = tasks.work.enqueue({"seconds": 0})
-    wait_until(lambda: done(db, later), timeout=10, what="the next job to be done")
-    assert worker.process.poll() is None
-    assert scalar(db, "SELECT worker_pid FROM effects WHERE job_id = %s AND what = 'end'",
-                  later) == worker.pid
+    wait_until(lambda: done(db, later), timeout=10, what="the known job to be done")
+    row = db.execute("SELECT status, attempts, errors FROM jobs WHERE id = %s",
+                     (unknown,)).fetchone()
+    assert (row["status"], row["attempts"], row["errors"]) == ("pending", 0, [])
     assert worker.stop() == 0
-    stats = worker.final_stats()
-    assert (stats["failed"], stats["completed"]) == (1, 1), stats
+    assert worker.final_stats()["completed"] == 1
+
+
+async def test_a_worker_told_to_claim_unknown_tasks_fails_them(aqueue, db):
+    """claim_unknown_tasks=True: the job is claimed and fails with an error naming it."""
+    app = pgbaton.App(aqueue.dsn, schema=aqueue.schema)
+
+    @app.task
+    async def known() -> None: ...
+
+    unknown = await aqueue.enqueue("no_such_task", max_attempts=1)
+    worker = pgbaton.Worker(app, pgbaton.WorkerConfig(
+        maintenance=False, poll_interval=0.1, claim_unknown_tasks=True))
+    run = asyncio.create_task(worker.run())
+    for _ in range(200):
+        row = db.execute("SELECT status, errors FROM jobs WHERE id = %s", (unknown,)).fetchone()
+        if row["status"] == "failed":
+            break
+        await asyncio.sleep(0.05)
+    worker.request_stop()
+    assert await asyncio.wait_for(run, 30) == 0
+    assert row["status"] == "failed"
+    assert row["errors"][0]["type"] == "UnknownTask"
+    assert "'no_such_task'" in row["errors"][0]["message"]

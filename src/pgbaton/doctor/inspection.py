@@ -18,7 +18,7 @@ from .findings import Finding, Thresholds
 # The parameters the claim is EXPLAINed with: a worker filling ten free slots from
 # every queue, as AsyncQueue.claim binds them.
 CLAIM_PARAMS: dict[str, Any] = {
-    "worker_id": "pgbaton-doctor", "limit": 10, "lease": 30.0, "queues": None,
+    "worker_id": "pgbaton-doctor", "limit": 10, "lease": 30.0, "queues": None, "tasks": None,
 }
 STATEMENT_TIMEOUT = "10s"
 LOCK_TIMEOUT = "3s"

@@ -37,20 +37,24 @@ VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
 RETURNING id;
 
 -- name: job_insert_idempotent
--- A job with an idempotency key: inserted, or the id of the job that already has it.
+-- A job with an idempotency key: inserted, or the job of the same task that already has
+-- the key. ON CONFLICT names no index so that it also skips a conflict in the previous
+-- release's global index, which the key of another task's job may hit: then no row
+-- comes back, and the caller finds and names that job (docs/guarantees.md).
 WITH inserted AS (
     INSERT INTO __schema__.jobs
         (queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
     VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
             %(key)s, %(idempotency_key)s, %(max_attempts)s)
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING id
 )
-SELECT id FROM inserted
+SELECT id, true AS created FROM inserted
 UNION ALL
-SELECT id FROM __schema__.jobs
-WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM inserted);
+SELECT id, false AS created FROM __schema__.jobs
+WHERE task = %(task)s AND idempotency_key = %(idempotency_key)s
+  AND NOT EXISTS (SELECT 1 FROM inserted);
 
 -- name: job_insert_many
 -- The jobs arrive as one JSON array (cheaper to send than an array per column), each
@@ -72,22 +76,37 @@ inserted AS (
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            key, idempotency_key, coalesce(max_attempts, 5)
     FROM input ORDER BY position
-    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT DO NOTHING  -- as in job_insert_idempotent
     RETURNING id
 )
 -- One row of two arrays in input order, cheaper to read than a row per job: the new
--- ids (NULL where the idempotency key was taken already) and the idempotency keys.
+-- ids (NULL where the idempotency key was taken already), the tasks and the keys.
 SELECT array_agg(inserted.id ORDER BY input.position) AS ids,
+       array_agg(coalesce(input.task, '') ORDER BY input.position) AS tasks,
        array_agg(input.idempotency_key ORDER BY input.position) AS idempotency_keys
 FROM input LEFT JOIN inserted ON inserted.id = input.id;
 
--- name: job_ids_by_idempotency_key
-SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(keys)s::text[]);
+-- name: job_ids_by_task_idempotency_key
+SELECT j.task, j.idempotency_key, j.id
+FROM unnest(%(tasks)s::text[], %(keys)s::text[]) AS wanted(task, idempotency_key)
+JOIN __schema__.jobs AS j
+  ON j.task = wanted.task AND j.idempotency_key = wanted.idempotency_key
+WHERE j.idempotency_key IS NOT NULL;  -- jobs_task_idempotency_key_unique's predicate
+
+-- name: job_idempotency_key_holder
+-- Which job of another task holds a key in the previous release's global index.
+SELECT id, task FROM __schema__.jobs
+WHERE idempotency_key = %(idempotency_key)s AND idempotency_key IS NOT NULL
+ORDER BY id
+LIMIT 1;
 
 -- name: job_claim_many
--- The seed's claim: one statement, its own transaction. SKIP LOCKED passes over rows
+-- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
--- candidate only while no other job of its key runs and none older is pending.
+-- candidate only while no other job of its key runs, none cancelled (or retried since)
+-- is still held by its old handler, and none older is pending. With tasks given, only jobs of those tasks
+-- are candidates (a worker claims what it can run): jobs of other tasks at the head of
+-- jobs_claimable are stepped over, one index entry each.
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
 -- same whatever the LIMIT (the head of jobs_claimable, then the primary key), so the
 -- worker's connections keep one generic plan instead of planning every claim.
@@ -103,13 +122,21 @@ WITH candidate AS (
         WHERE c.status = 'pending'
           AND c.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
-          -- Two probes, one per index, so each costs one index lookup whatever the
-          -- number of running jobs: the key's running job, then an older pending job.
+          AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+          -- Three probes, one per index, so each costs one index lookup whatever the
+          -- number of running jobs: the key's running job, a job of the key cancelled
+          -- while its handler ran and not yet let go, then an older pending job.
           AND (c.key IS NULL OR (
                 NOT EXISTS (
                     SELECT 1 FROM __schema__.jobs AS running
                     WHERE running.key = c.key AND running.status = 'running'
                       AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
+                AND NOT EXISTS (
+                    SELECT 1 FROM __schema__.jobs AS held
+                    WHERE held.key = c.key AND held.lease_until > now()
+                      -- jobs_key_held_after_cancel's predicate
+                      AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                      AND held.status IN ('cancelled', 'pending'))
                 AND NOT EXISTS (
                     SELECT 1 FROM __schema__.jobs AS older
                     WHERE older.key = c.key AND older.status = 'pending'
@@ -176,6 +203,22 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.status;
 
 -- name: job_release_many
+-- A running job goes back to pending. A job cancelled under its holder (and perhaps
+-- retried since) is let go: the holder says its handler has stopped, so the job's key,
+-- and the retried job itself, need not wait for the lease. Only the running jobs count
+-- as released (the others were lost).
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[])
+                  WITH ORDINALITY AS held(id, token, position)
+),
+let_go AS (
+    UPDATE __schema__.jobs AS j
+    SET claim_token = NULL, lease_until = NULL,
+        run_at = CASE WHEN j.status = 'pending' THEN least(j.run_at, now()) ELSE j.run_at END
+    FROM held
+    WHERE j.id = held.id AND j.claim_token = held.token
+      AND j.status IN ('cancelled', 'pending')
+)
 UPDATE __schema__.jobs AS j
 SET status      = 'pending',
     claim_token = NULL,
@@ -183,13 +226,20 @@ SET status      = 'pending',
     attempts    = j.attempts - 1,
     worker_id   = NULL,
     started_at  = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position)
+FROM held
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position;
 
 -- name: job_reap
--- The seed's reaper. Clearing the token is what fences the stalled holder out.
--- run_at stays, so the job keeps its place in the claim order.
+-- The reaper. Clearing the token is what fences the stalled holder out.
+-- run_at stays, so the job keeps its place in the claim order. Cancelled (or retried)
+-- jobs whose old holder's lease has passed are let go on the way: their key is free
+-- already, and they leave the lease and key indexes.
+WITH expired_holds AS (
+    UPDATE __schema__.jobs
+    SET claim_token = NULL, lease_until = NULL
+    WHERE status <> 'running' AND lease_until < now()
+)
 UPDATE __schema__.jobs AS j
 SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
     claim_token = NULL,
@@ -204,14 +254,24 @@ WHERE j.status = 'running' AND j.lease_until < now()
 RETURNING j.id, j.status;
 
 -- name: job_cancel
+-- A running job keeps its claim token and lease: its handler may still be running, so
+-- its key stays held until the holder releases it or the lease runs out. The holder's
+-- heartbeat and completion no longer match (status is not 'running'): it learns at its
+-- next heartbeat that it lost the job.
 UPDATE __schema__.jobs
-SET status = 'cancelled', claim_token = NULL, lease_until = NULL, finished_at = now()
+SET status = 'cancelled', finished_at = now()
 WHERE id = %(id)s AND status IN ('pending', 'running')
 RETURNING id;
 
 -- name: job_retry
+-- A cancelled job whose handler may still run keeps that holder's token and lease, and
+-- becomes due when the holder lets go (job_release_many) or its lease runs out
+-- (greatest() passes over a NULL lease): the job never runs twice at once.
 UPDATE __schema__.jobs
-SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, worker_id = NULL
+SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
+    claim_token = CASE WHEN lease_until > now() THEN claim_token END,
+    lease_until = CASE WHEN lease_until > now() THEN lease_until END,
+    finished_at = NULL, worker_id = NULL
 WHERE id = %(id)s AND status IN ('failed', 'cancelled')
 RETURNING id;
 

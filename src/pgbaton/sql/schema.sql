@@ -23,8 +23,16 @@ CREATE TABLE __schema__.jobs (
     finished_at     timestamptz,
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled')),
-    CONSTRAINT jobs_token_iff_running
-        CHECK ((status = 'running') = (claim_token IS NOT NULL AND lease_until IS NOT NULL)),
+    -- A running job holds a token and a lease; a cancelled (or since retried) job keeps
+    -- its old holder's until the holder lets go (docs/state_machine.md); done and failed
+    -- jobs hold neither.
+    CONSTRAINT jobs_token_while_held CHECK (
+        CASE status
+            WHEN 'running' THEN claim_token IS NOT NULL AND lease_until IS NOT NULL
+            WHEN 'done' THEN claim_token IS NULL AND lease_until IS NULL
+            WHEN 'failed' THEN claim_token IS NULL AND lease_until IS NULL
+            ELSE (claim_token IS NULL) = (lease_until IS NULL)
+        END),
     CONSTRAINT jobs_attempts_in_range
         CHECK (attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts),
     CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object')
@@ -43,7 +51,8 @@ CREATE TABLE __schema__.jobs (
 CREATE INDEX jobs_claimable ON __schema__.jobs (priority DESC, run_at, id)
     WHERE status = 'pending';
 
--- The reaper's scan: only running rows (they alone have a lease), by lease. The
+-- The reaper's scan: only rows with a lease (running jobs, and cancelled or retried jobs
+-- whose old holder has not let go), by lease. The
 -- predicate names lease_until rather than status on purpose: statements that fence on
 -- `status = 'running'` (complete, fail, heartbeat) must find their rows by primary key,
 -- never by walking every running job, whatever the statistics say.
@@ -58,7 +67,18 @@ CREATE INDEX jobs_key_unfinished ON __schema__.jobs (key, id)
 CREATE UNIQUE INDEX jobs_one_running_per_key ON __schema__.jobs (key)
     WHERE key IS NOT NULL AND status = 'running';
 
--- One job per idempotency key; jobs without a key (most of them) stay out of it.
+-- ... and a job cancelled (and perhaps retried) while its handler ran keeps its key held
+-- (the claim's third probe) until that holder releases it or its lease runs out.
+CREATE INDEX jobs_key_held_after_cancel ON __schema__.jobs (key)
+    WHERE key IS NOT NULL AND claim_token IS NOT NULL AND status IN ('cancelled', 'pending');
+
+-- One job per task and idempotency key; jobs without a key (most of them) stay out.
+CREATE UNIQUE INDEX jobs_task_idempotency_key_unique ON __schema__.jobs (task, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+-- The previous release's global idempotency index, kept while that release may still
+-- run beside this one (its enqueue names it in ON CONFLICT); a later release drops it.
+-- While it exists, a key cannot be reused across tasks.
 CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 

@@ -40,6 +40,10 @@ class WorkerConfig:
     # The event loop blocked for longer than this share of the shortest held lease is
     # logged with the handler that blocked it.
     loop_block_fraction: float = 0.25
+    # A worker claims only the jobs of tasks its App registers: in a rolling deploy the
+    # jobs of a task only the new release knows wait, attempts untouched, for a worker
+    # that knows it. True claims every task, and fails unknown ones with UnknownTask.
+    claim_unknown_tasks: bool = False
     worker_id: str | None = None
     dsn: str | None = None
     # When set, the worker writes its final statistics there as JSON as it stops (the

@@ -43,6 +43,7 @@ class Executor:
         claim_lease: float,
         extend_one: Callable[[JobContext], Coroutine[Any, Any, bool]],
         notify: Callable[..., None],
+        on_dropped: Callable[[Running], None],
     ) -> None:
         self.held = held
         self.tasks = tasks
@@ -51,6 +52,7 @@ class Executor:
         self.claim_lease = claim_lease
         self._extend_one = extend_one
         self._notify = notify
+        self._on_dropped = on_dropped
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=held.concurrency, thread_name_prefix="pgbaton-job"
         )
@@ -109,8 +111,9 @@ class Executor:
             if running.started is not None and outcome is not None:
                 outcome.run_time = self.held.now() - running.started
             self.held.handler_ended(running, None if running.stopped else outcome)
-        if running.stopped:
+        if running.lost:
             self._notify("results_discarded", running)
+            self._on_dropped(running)
 
     async def _invoke(self, task: Task, running: Running) -> Any:
         positional = (running.context,) if task.pass_context else ()

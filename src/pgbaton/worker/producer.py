@@ -29,6 +29,7 @@ class Producer:
         worker_id: str,
         lease: float,
         queues: list[str] | None,
+        tasks: list[str] | None,
         poll_interval: float,
         start: Callable[[list[Claim], float], None],
         stopping: asyncio.Event,
@@ -38,6 +39,7 @@ class Producer:
         self.worker_id = worker_id
         self.lease = lease
         self.queues = queues
+        self.tasks = tasks
         self.poll_interval = poll_interval
         self._start = start
         self._stopping = stopping
@@ -64,7 +66,8 @@ class Producer:
             sent = self.held.now()
             try:
                 claims = await self.queue.claim(
-                    self.worker_id, limit=free, lease=self.lease, queues=self.queues
+                    self.worker_id, limit=free, lease=self.lease, queues=self.queues,
+                    tasks=self.tasks,
                 )
             except Exception as error:
                 if not is_transient(error):

@@ -16,6 +16,7 @@ and ends the worker when it keeps failing. No transaction is open while a handle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -56,7 +57,7 @@ class Worker:
         self.worker_id = self.config.worker_id or default_worker_id()
         self.queue = AsyncQueue(
             with_application_name(self.config.dsn or app.dsn, f"pgbaton worker {self.worker_id}"),
-            schema=app.schema, pool_size=4,
+            schema=app.schema, pool_size=4, events=app.events,
         )
         self.events = app.events
         self.stats: Counter[str] = Counter()
@@ -71,10 +72,13 @@ class Worker:
             held=self.held, tasks=app.tasks, middlewares=app.middlewares,
             worker_id=self.worker_id, claim_lease=self.config.lease,
             extend_one=self.heartbeat.extend_one, notify=self._notify,
+            on_dropped=self._let_go,
         )
         self.producer = Producer(
             self.queue, self.held, worker_id=self.worker_id, lease=self.config.lease,
-            queues=self.config.queues, poll_interval=self.config.poll_interval,
+            queues=self.config.queues,
+            tasks=None if self.config.claim_unknown_tasks else sorted(app.tasks),
+            poll_interval=self.config.poll_interval,
             start=self._started, stopping=self._stopping,
         )
         self.completer = Completer(self.queue, self.held, self._written)
@@ -84,6 +88,7 @@ class Worker:
             on_failure=self._part_failed, on_give_up=self._give_up,
         )
         self.leader: Leader | None = None
+        self._letting_go: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -204,6 +209,8 @@ class Worker:
         self.producer.wake()
         if not accepted:
             self.stats["outcomes_refused"] += 1
+            if running is not None:
+                self._let_go(running)
             self._notify("job.lost", running, outcome=outcome)
             logger.warning(
                 "job %s: %s refused: this worker lost the claim (its lease expired and "
@@ -221,6 +228,26 @@ class Worker:
         final = outcome.claim.attempts >= outcome.claim.max_attempts
         self._notify("job.failed" if final else "job.retried", running, outcome=outcome)
         self._log_failure(outcome, final)
+
+    def _let_go(self, running: Running) -> None:
+        """A claim this worker lost (cancelled by an operator, taken after its lease, or
+        refused at the write): once its handler has really stopped, release it, so that
+        the hold a cancelled job keeps on its key ends now rather than at its lease
+        (docs/guarantees.md). The release is fenced: it changes nothing if another
+        worker holds the job."""
+        task = asyncio.create_task(self._release_when_stopped(running))
+        self._letting_go.add(task)
+        task.add_done_callback(self._letting_go.discard)
+
+    async def _release_when_stopped(self, running: Running) -> None:
+        if running.thread is not None and not running.thread.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.wrap_future(running.thread)
+        try:
+            await self.queue.release_many([running.claim])
+        except Exception as error:
+            logger.warning("could not let go of lost job %s (%s): its key waits for its "
+                           "lease", running.claim.id, error)
 
     def _log_failure(self, outcome: Outcome, final: bool) -> None:
         claim, error = outcome.claim, outcome.error
@@ -328,6 +355,8 @@ class Worker:
             await self._until_forced(self.held.all_written.wait(),
                                      self.config.shutdown_grace)
         await self.supervisor.stop("completer")
+        if self._letting_go:
+            await asyncio.wait(self._letting_go, timeout=FORCED_STOP_SECONDS)
         # Whatever is still held now (released handlers, and outcomes the completer could
         # not write) goes back to pending without spending an attempt.
         leftover = [*unfinished, *(r for r in self.held if r not in unfinished)]

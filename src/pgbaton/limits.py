@@ -1,0 +1,51 @@
+"""Every limit pgbaton puts on what it is given, in one place (docs/guarantees.md lists
+them with their reasons). The checks in _base.py and _sql.py read them from here; a
+value past a limit is refused with a one-line InvalidArgument before anything is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+# Task, queue and worker names. A queue name is the payload of the wake-up NOTIFY (at
+# most 8,000 bytes) and a task name shares an index entry with the idempotency key, so
+# names stay short; 255 bytes is far more than a dotted Python path needs.
+MAX_NAME_BYTES = 255
+
+# `key` and `idempotency_key` live in B-tree indexes, whose entries PostgreSQL caps at
+# about 2,700 bytes (a third of an 8 kB page). 2,048 bytes of key leaves room for the
+# task name and the row's other index columns, so an over-long key is refused by
+# pgbaton with a clear message instead of by the index with an error about page sizes.
+MAX_KEY_BYTES = 2048
+
+# One job's args (and one job's result) as JSON text. PostgreSQL's jsonb holds at most
+# 256 MB; a job's arguments that large belong in a table the job reads, not in the queue.
+MAX_ARGS_BYTES = 16 * 1024 * 1024
+
+# One enqueue_many() call travels as one JSON document, a single statement parameter,
+# which jsonb must hold: below its 256 MB ceiling with room to spare.
+MAX_BATCH_BYTES = 200 * 1024 * 1024
+
+# JSON nesting, in args and results. Python's decoder recurses once per level and fails
+# near its recursion limit (about 1,000, less the stack already in use), so a job nested
+# that deep could be stored by a producer and then break every claim that fetches it.
+# 200 levels leave a wide margin and are far beyond any sensible argument.
+MAX_JSON_DEPTH = 200
+
+# Durations (delay, lease, retry_in, retention, a shutdown grace) and how far ahead
+# run_at may lie: ten years. Beyond that it is a mistake, not a plan.
+MAX_SECONDS = 10 * 365.25 * 24 * 3600
+
+# run_at may not lie before the Unix epoch: a job dated in year 1 would jump ahead of
+# every job in its priority, which is never what the caller meant.
+EARLIEST_RUN_AT = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+# priority, max_attempts and limit are PostgreSQL integers; job ids are bigints.
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+INT8_MAX = 2**63 - 1
+
+# Schema names go into SQL text, quoted: plain lower-case identifiers only, short enough
+# that the NOTIFY channel `<schema>_jobs` stays within PostgreSQL's 63-byte names, and
+# not starting with `pg_`, which PostgreSQL reserves for its own schemas.
+MAX_SCHEMA_NAME_LENGTH = 51
+RESERVED_SCHEMA_PREFIX = "pg_"

@@ -1,0 +1,265 @@
+-- Every statement pgbaton runs, by name. Names are noun_verb.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+
+-- name: server_version
+SELECT current_setting('server_version_num')::int AS version_num,
+       current_setting('server_version') AS version;
+
+-- name: migration_lock
+SELECT pg_advisory_xact_lock(hashtext('pgbaton.migrate.' || %(schema)s));
+
+-- name: schema_create
+CREATE SCHEMA IF NOT EXISTS __schema__;
+
+-- name: schema_version_create
+CREATE TABLE IF NOT EXISTS __schema__.schema_version (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_version_get
+SELECT coalesce(max(version), 0) AS version FROM __schema__.schema_version;
+
+-- name: schema_version_table_exists
+SELECT to_regclass(%(table)s) IS NOT NULL AS exists;
+
+-- name: schema_version_record
+INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: job_insert
+-- A job without an idempotency key: a plain insert, the cheapest there is.
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts)
+VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(key)s, %(max_attempts)s)
+RETURNING id;
+
+-- name: job_insert_idempotent
+-- A job with an idempotency key: inserted, or the id of the job that already has it.
+WITH inserted AS (
+    INSERT INTO __schema__.jobs
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+    VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+            %(key)s, %(idempotency_key)s, %(max_attempts)s)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT id FROM inserted
+UNION ALL
+SELECT id FROM __schema__.jobs
+WHERE idempotency_key = %(idempotency_key)s AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: job_insert_many
+-- The jobs arrive as one JSON array (cheaper to send than an array per column), each
+-- job with only the fields that differ from enqueue()'s defaults, which the coalesces
+-- below restore (_base.JOB_DEFAULTS is the same list). Ids are drawn before the insert
+-- so that each can be matched to its input position.
+WITH input AS (
+    SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
+    FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
+            queue text, task text, args jsonb, priority int, run_at timestamptz,
+            delay float8, key text, idempotency_key text, max_attempts int))
+         WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
+                              idempotency_key, max_attempts, position)
+),
+inserted AS (
+    INSERT INTO __schema__.jobs
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+    SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           key, idempotency_key, coalesce(max_attempts, 5)
+    FROM input ORDER BY position
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+)
+-- One row of two arrays in input order, cheaper to read than a row per job: the new
+-- ids (NULL where the idempotency key was taken already) and the idempotency keys.
+SELECT array_agg(inserted.id ORDER BY input.position) AS ids,
+       array_agg(input.idempotency_key ORDER BY input.position) AS idempotency_keys
+FROM input LEFT JOIN inserted ON inserted.id = input.id;
+
+-- name: job_ids_by_idempotency_key
+SELECT idempotency_key, id FROM __schema__.jobs WHERE idempotency_key = ANY(%(keys)s::text[]);
+
+-- name: job_claim_many
+-- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
+-- that another claim holds, so claims neither collide nor wait. A keyed job is a
+-- candidate only while no other job of its key runs and none older is pending.
+-- The candidates travel as one array, joined with id = ANY(...): the plan is then the
+-- same whatever the LIMIT (the head of jobs_claimable, then the primary key), so the
+-- worker's connections keep one generic plan instead of planning every claim.
+-- The claim's commit does not wait for the disk (synchronous_commit off for this one
+-- transaction): a claim lost in a server crash leaves the job as it was, which is what
+-- an expired lease does anyway, and the holder's fenced completion then returns False.
+-- The outer SELECT hands the batch back in claim order.
+WITH candidate AS (
+    SELECT array_agg(picked.id) AS ids
+    FROM (
+        SELECT c.id
+        FROM __schema__.jobs AS c
+        WHERE c.status = 'pending'
+          AND c.run_at <= now()
+          AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
+          -- Two probes, one per index, so each costs one index lookup whatever the
+          -- number of running jobs: the key's running job, then an older pending job.
+          AND (c.key IS NULL OR (
+                NOT EXISTS (
+                    SELECT 1 FROM __schema__.jobs AS running
+                    WHERE running.key = c.key AND running.status = 'running'
+                      AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
+                AND NOT EXISTS (
+                    SELECT 1 FROM __schema__.jobs AS older
+                    WHERE older.key = c.key AND older.status = 'pending'
+                      AND older.id < c.id)))
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS picked
+),
+claimed AS (
+    UPDATE __schema__.jobs AS j
+    SET status      = 'running',
+        claim_token = gen_random_uuid(),
+        lease_until = now() + make_interval(secs => %(lease)s::float8),
+        attempts    = j.attempts + 1,
+        worker_id   = %(worker_id)s,
+        started_at  = now()
+    FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+    WHERE j.id = ANY(candidate.ids)
+    RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
+
+-- name: job_heartbeat_many
+-- The *_many statements return the input positions they changed: two claims of one
+-- job (a stale and a live one) may share an id, never a token.
+-- Like the claim, a heartbeat need not wait for the disk: one lost in a crash only
+-- leaves the lease a little shorter.
+UPDATE __schema__.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.lease_until;
+
+-- name: job_complete_many
+UPDATE __schema__.jobs AS j
+SET status      = 'done',
+    claim_token = NULL,
+    lease_until = NULL,
+    result      = held.result,
+    finished_at = now()
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[])
+     WITH ORDINALITY AS held(id, token, result, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position;
+
+-- name: job_fail_many
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                       ELSE now() + make_interval(secs => held.retry_in) END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    errors      = j.errors || jsonb_build_array(held.error
+                      || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
+                                            'at', now())),
+    worker_id   = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::jsonb[], %(retry_in)s::float8[])
+     WITH ORDINALITY AS held(id, token, error, retry_in, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.status;
+
+-- name: job_release_many
+UPDATE __schema__.jobs AS j
+SET status      = 'pending',
+    claim_token = NULL,
+    lease_until = NULL,
+    attempts    = j.attempts - 1,
+    worker_id   = NULL,
+    started_at  = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) WITH ORDINALITY AS held(id, token, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position;
+
+-- name: job_reap
+-- The reaper. Clearing the token is what fences the stalled holder out.
+-- run_at stays, so the job keeps its place in the claim order.
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    errors      = j.errors || jsonb_build_array(jsonb_build_object(
+                      'type', 'LeaseExpired',
+                      'message', 'the lease expired before the worker finished the job',
+                      'attempt', j.attempts, 'worker_id', j.worker_id, 'at', now())),
+    worker_id   = NULL
+WHERE j.status = 'running' AND j.lease_until < now()
+RETURNING j.id, j.status;
+
+-- name: job_cancel
+UPDATE __schema__.jobs
+SET status = 'cancelled', claim_token = NULL, lease_until = NULL, finished_at = now()
+WHERE id = %(id)s AND status IN ('pending', 'running')
+RETURNING id;
+
+-- name: job_retry
+UPDATE __schema__.jobs
+SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, worker_id = NULL
+WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+RETURNING id;
+
+-- name: job_get
+SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+       idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
+       started_at, finished_at
+FROM __schema__.jobs
+WHERE id = %(id)s;
+
+-- name: job_list
+SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+       idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
+       started_at, finished_at
+FROM __schema__.jobs
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: queue_stats
+SELECT queue,
+       count(*) FILTER (WHERE status = 'pending')   AS pending,
+       count(*) FILTER (WHERE status = 'running')   AS running,
+       count(*) FILTER (WHERE status = 'done')      AS done,
+       count(*) FILTER (WHERE status = 'failed')    AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired_leases,
+       extract(epoch FROM now() - min(run_at) FILTER (
+           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds
+FROM __schema__.jobs
+GROUP BY queue
+ORDER BY queue;
+
+-- name: job_prune
+-- Finished jobs older than the retention go, a bounded batch at a time so that a
+-- large backlog never makes one long transaction.
+DELETE FROM __schema__.jobs
+WHERE id IN (
+    SELECT id FROM __schema__.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(retention)s::float8)
+    LIMIT %(limit)s
+)
+RETURNING id;
+
+-- name: leader_try_acquire
+-- A session-level lock: held while the leader's connection lives, released by
+-- PostgreSQL the moment that connection dies.
+SELECT pg_try_advisory_lock(hashtext('pgbaton.leader.' || %(schema)s)) AS acquired;
