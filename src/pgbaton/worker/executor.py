@@ -113,7 +113,11 @@ class Executor:
             self.held.handler_ended(running, None if running.stopped else outcome)
         if running.lost:
             self._notify("results_discarded", running)
-            self._on_dropped(running)
+            if running.stop_reason != "fenced":
+                # Known lost (not merely out of reach): let go of the claim, which frees
+                # the key a cancelled job holds. A fenced claim may still be ours; its
+                # attempt stays counted and its lease runs out for the reaper.
+                self._on_dropped(running)
 
     async def _invoke(self, task: Task, running: Running) -> Any:
         positional = (running.context,) if task.pass_context else ()

@@ -81,11 +81,12 @@ class Heartbeat:
         for lease, group in by_lease.items():
             sent = self.held.now()
             try:
-                # Bounded: a connection that hangs (a network cut off, not closed) must
-                # not keep the worker from noticing that its leases ran out.
+                # Bounded by the lease: past it the answer is of no use (fence() has told
+                # the handlers to stop by then), and a connection that hangs (a network
+                # cut off, not closed) must not keep the next beat from being tried.
                 held = await asyncio.wait_for(
                     self.queue.heartbeat([r.claim for r in group], lease=lease),
-                    timeout=max(lease / 3, 0.5),
+                    timeout=lease,
                 )
             except Exception as error:
                 if not is_transient(error):
