@@ -31,7 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 import pgbaton
-from pgbaton._base import job_params
+from pgbaton._checks import job_params
 from pgbaton.worker import Worker, WorkerConfig
 
 from .common import find_server, fresh_database, percentile

@@ -1,6 +1,5 @@
 """pgbaton: a background-job queue that lives in PostgreSQL."""
 
-from ._base import Backoff, Claim, Enqueued, Job, QueueStats
 from ._sql import schema_sql, schema_version
 from .app import App, ContextTask, Deferral, Periodic, Task, TypedTask
 from .context import JobContext
@@ -20,6 +19,7 @@ from .errors import (
     UnknownTask,
 )
 from .events import Event
+from .models import Backoff, Claim, Enqueued, Job, QueueStats
 from .queue import Queue
 from .queue_async import AsyncQueue
 from .worker import Worker, WorkerConfig

@@ -13,7 +13,6 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 
 from . import _sql
-from ._base import MIN_SERVER_VERSION
 from .dsn import redact_dsn
 from .errors import (
     ConnectionFailed,
@@ -24,6 +23,8 @@ from .errors import (
 )
 
 CONNECT_TIMEOUT_SECONDS = 10
+
+MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
 
 
 def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[DictRow]:

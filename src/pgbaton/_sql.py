@@ -142,3 +142,11 @@ def upgrade_sql(schema: str, from_version: int) -> str:
             ),
         ]
     return "\n\n".join(parts) + "\n"
+
+
+NOTIFY_SUFFIX = "_jobs"
+
+
+def notify_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's jobs (the insert trigger notifies it)."""
+    return schema + NOTIFY_SUFFIX

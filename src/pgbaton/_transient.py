@@ -21,3 +21,15 @@ def is_transient(error: BaseException) -> bool:
         return True  # the connection broke before the server could say why
     sqlstate = getattr(error, "sqlstate", None) if isinstance(error, psycopg.Error) else None
     return sqlstate is not None and sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES)
+
+
+# SQLSTATEs that mean the session is gone, not that the statement failed.
+_SESSION_LOST = frozenset({"57P01", "57P02", "57P03"})  # admin/crash shutdown, starting up
+
+
+def is_connection_loss(error: BaseException) -> bool:
+    """True for an error that means the server or the connection went away (class 08,
+    a shutdown, or no SQLSTATE at all), as opposed to an error in the statement, such as
+    a deadlock or a cancelled query, which the caller should see as it is."""
+    sqlstate = getattr(error, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _SESSION_LOST

@@ -25,12 +25,13 @@ from typing import (
 import psycopg
 
 from . import _sql
-from ._base import Backoff, check_int4, check_lease, job_params
+from ._checks import check_int4, check_lease, job_params
 from .context import JobContext
 from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument
 from .events import Events, Subscriber
 from .middleware import Middleware
+from .models import Backoff
 from .queue import Queue
 from .queue_async import AsyncQueue
 

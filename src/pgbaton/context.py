@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._base import Claim
+from .models import Claim
 
 _EVENT_LOCK = threading.Lock()
 

@@ -1,5 +1,5 @@
 """Every limit pgbaton puts on what it is given, in one place (docs/guarantees.md lists
-them with their reasons). The checks in _base.py and _sql.py read them from here; a
+them with their reasons). The checks in _checks.py, _encoding.py and _sql.py read them from here; a
 value past a limit is refused with a one-line InvalidArgument before anything is written.
 """
 

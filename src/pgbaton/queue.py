@@ -20,11 +20,7 @@ from psycopg.rows import DictRow, dict_row
 
 from . import _database as database
 from . import _sql
-from ._base import (
-    Claim,
-    Enqueued,
-    Job,
-    QueueStats,
+from ._checks import (
     as_claim_list,
     check_filter,
     check_job_id,
@@ -35,18 +31,18 @@ from ._base import (
     check_seconds,
     check_status,
     check_tasks,
-    error_json,
     held_params,
-    is_connection_loss,
     job_params,
     many_job_params,
-    notify_channel,
     retry_delay,
-    to_json,
 )
+from ._encoding import error_json, to_json
+from ._sql import notify_channel
+from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
+from .models import Claim, Enqueued, Job, QueueStats
 
 Row = dict[str, Any]
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]

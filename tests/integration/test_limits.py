@@ -202,7 +202,7 @@ def test_run_at_within_the_bounds_is_stored(queue, db):
 def test_a_shutdown_grace_that_is_not_a_duration_is_refused(grace):
     """The check the worker's configuration uses for --shutdown-grace refuses nan, inf,
     negative and absurd values naming the option."""
-    from pgbaton._base import check_seconds
+    from pgbaton._checks import check_seconds
 
     with pytest.raises(pgbaton.InvalidArgument, match="shutdown_grace"):
         check_seconds("shutdown_grace", grace)
@@ -310,7 +310,7 @@ JSON_VALUES = st.recursive(
 def test_the_depth_check_agrees_with_the_structure_it_was_encoded_from(value):
     """The byte-level depth check of to_json finds exactly the nesting of the value, for
     strings full of brackets, quotes and backslashes, at every limit around it."""
-    from pgbaton._base import _nested_deeper_than
+    from pgbaton._encoding import _nested_deeper_than
 
     encoded = json.dumps(value, ensure_ascii=False).encode()
     depth = _depth(value)

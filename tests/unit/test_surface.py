@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 
 import pgbaton
-from pgbaton import _base, _sql
+from pgbaton import _checks, _sql, models
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,9 +51,9 @@ def test_sync_and_async_queues_offer_the_same_methods():
 def test_backoff_grows_and_is_capped():
     """Retry delays double per attempt, with jitter, and never pass the cap."""
     for attempts in range(1, 30):
-        ceiling = min(_base.RETRY_CAP_SECONDS, 2.0 ** (attempts - 1))
-        assert ceiling / 2 <= _base.retry_delay(attempts, None) <= ceiling
-    assert _base.retry_delay(9, 2.5) == 2.5
+        ceiling = min(models.RETRY_CAP_SECONDS, 2.0 ** (attempts - 1))
+        assert ceiling / 2 <= _checks.retry_delay(attempts, None) <= ceiling
+    assert _checks.retry_delay(9, 2.5) == 2.5
 
 
 def test_every_named_query_is_loaded_once():

@@ -15,10 +15,12 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._base import Claim, error_json, retry_delay, to_json
+from .._checks import retry_delay
+from .._encoding import error_json, to_json
 from ..context import JobContext
 from ..errors import JobTimeout, PgbatonError, UnknownTask
 from ..middleware import Middleware, chain
+from ..models import Claim
 from .held import HeldJobs, Outcome, Running
 
 if TYPE_CHECKING:

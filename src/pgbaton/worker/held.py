@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._base import Claim
 from ..context import JobContext
+from ..models import Claim
 
 if TYPE_CHECKING:
     from ..app import Task

@@ -9,7 +9,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from .._base import Claim
+from ..models import Claim
 from ..queue_async import AsyncQueue
 from .held import HeldJobs
 from .supervisor import is_transient

@@ -25,11 +25,11 @@ import types
 from collections import Counter
 from typing import Any
 
-from .._base import Claim
 from ..app import App
 from ..dsn import with_application_name
 from ..events import EVENTS, Event
 from ..maintenance import Leader, Pruner, Reaper, Scheduler
+from ..models import Claim
 from ..queue_async import AsyncQueue
 from .completer import Completer
 from .config import WorkerConfig, default_worker_id

@@ -1,38 +1,27 @@
-"""What the sync and async queues share that does no I/O: settings, checks, encoding."""
+"""Argument checks, and the encoding of one job or many as statement parameters: every
+value is judged here, before anything is written, with a one-line error naming it."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
-import random
-import re
-import traceback
-import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from ._encoding import to_json
 from .errors import InvalidArgument, NotSerializable
 from .limits import (
     EARLIEST_RUN_AT,
     INT4_MAX,
     INT4_MIN,
     INT8_MAX,
-    MAX_ARGS_BYTES,
     MAX_BATCH_BYTES,
     MAX_JSON_DEPTH,
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
     MAX_SECONDS,
 )
-
-STATUSES = ("pending", "running", "done", "failed", "cancelled")
-MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
-NOTIFY_SUFFIX = "_jobs"
-
-RETRY_BASE_SECONDS = 1.0
-RETRY_CAP_SECONDS = 3600.0
+from .models import DEFAULT_BACKOFF, STATUSES, Claim
 
 # What a job gets for each enqueue option it leaves out. job_insert_many restores these
 # with coalesce, so enqueue_many sends only the fields that differ from them.
@@ -46,90 +35,6 @@ JOB_DEFAULTS: Mapping[str, Any] = {
     "max_attempts": 5,
 }
 ENQUEUE_OPTIONS = frozenset(JOB_DEFAULTS)
-
-
-# SQLSTATEs that mean the session is gone, not that the statement failed.
-_SESSION_LOST = frozenset({"57P01", "57P02", "57P03"})  # admin/crash shutdown, starting up
-
-
-def is_connection_loss(error: BaseException) -> bool:
-    """True for an error that means the server or the connection went away (class 08,
-    a shutdown, or no SQLSTATE at all), as opposed to an error in the statement, such as
-    a deadlock or a cancelled query, which the caller should see as it is."""
-    sqlstate = getattr(error, "sqlstate", None)
-    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _SESSION_LOST
-
-
-def notify_channel(schema: str) -> str:
-    return schema + NOTIFY_SUFFIX
-
-
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
-def to_json(
-    value: Any, what: str, max_bytes: int = MAX_ARGS_BYTES, max_depth: int = MAX_JSON_DEPTH
-) -> str:
-    """JSON that PostgreSQL's jsonb accepts and Python decodes again: no NaN, no NUL
-    character, valid UTF-8, nested at most max_depth levels, at most max_bytes long."""
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as error:
-        raise NotSerializable(f"{what} cannot be stored as JSON: {error}") from None
-    except RecursionError:
-        raise _nested_too_deeply(what, max_depth) from None
-    if "\\u0000" in text and _JSON_NUL.search(text):  # the cheap test first
-        raise NotSerializable(f"{what} cannot be stored: PostgreSQL cannot hold a NUL character")
-    try:
-        encoded = text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise NotSerializable(
-            f"{what} cannot be stored: it holds a lone surrogate, which is not valid Unicode"
-        ) from None
-    size = len(encoded)
-    if size > max_bytes:
-        raise InvalidArgument(
-            f"{what} is {size:,} bytes as JSON, over pgbaton's limit of {max_bytes:,}: "
-            "keep large data in a table and pass its id"
-        )
-    if _nested_deeper_than(encoded, max_depth):
-        raise _nested_too_deeply(what, max_depth)
-    return text
-
-
-def _nested_too_deeply(what: str, max_depth: int) -> NotSerializable:
-    return NotSerializable(
-        f"{what} cannot be stored as JSON: it is nested too deeply "
-        f"(more than {max_depth} levels)"
-    )
-
-
-def _nested_deeper_than(encoded: bytes, limit: int) -> bool:
-    """Whether JSON text (UTF-8) nests more than `limit` arrays and objects, found with
-    byte-string methods and simple patterns only (each a pass in C): this runs on every
-    enqueue, and a batch of a thousand jobs costs well under a millisecond."""
-    if encoded.count(b"[") + encoded.count(b"{") <= limit:
-        return False  # the common case: too few brackets to nest that deep
-    # Drop escaped backslashes and quotes, then all but brackets and quotes. Two quotes
-    # side by side now end one string and open the next with no bracket between them
-    # outside: dropping them merges two strings, so what stays inside strings is kept
-    # apart from the nesting, and few quotes are left for the pattern to pair up.
-    unescaped = encoded.replace(b"\\\\", b"").replace(b'\\"', b"")
-    shape = unescaped.translate(None, _ALL_BUT_BRACKETS_AND_QUOTES).replace(b'""', b"")
-    brackets = _JSON_STRING.sub(b"", shape) if b'"' in shape else shape
-    # Each pass removes the innermost level everywhere, and only that: the pairs a pass
-    # finds become a marker first, so a pair it exposes waits for the next pass.
-    for _ in range(limit):
-        if not brackets:
-            return False
-        brackets = (
-            brackets.replace(b"[]", b"\0").replace(b"{}", b"\0").replace(b"\0", b"")
-        )
-    return bool(brackets)
-
-
-_JSON_STRING = re.compile(rb'"[^"]*"')
-_ALL_BUT_BRACKETS_AND_QUOTES = bytes(code for code in range(256) if code not in b'[]{}"')
 
 
 def check_text(name: str, value: str) -> str:
@@ -376,148 +281,11 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"jobs": document, "count": len(rows), "idempotency_keys": idempotency_keys}
 
 
-def error_json(error: BaseException | str) -> str:
-    """An attempt's error as stored in the job's `errors` list."""
-    if isinstance(error, BaseException):
-        entry = {
-            "type": type(error).__name__,
-            "message": _storable(str(error)),
-            "traceback": _storable("".join(traceback.format_exception(error))),
-        }
-    elif isinstance(error, str):
-        entry = {"type": "Error", "message": _storable(error)}
-    else:
-        raise InvalidArgument(f"error must be an exception or a string, got {error!r}")
-    return json.dumps(entry, ensure_ascii=False)
-
-
-def _storable(text: str) -> str:
-    """An error text as PostgreSQL can keep it: a failure must never fail to be recorded."""
-    text = text.replace("\x00", "\\x00")
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Capped exponential backoff: base * 2**(attempt-1) seconds, at most cap. With
-    jitter the delay is drawn from the upper half, so a burst of failures spreads out."""
-
-    base: float = RETRY_BASE_SECONDS
-    cap: float = RETRY_CAP_SECONDS
-    jitter: bool = True
-
-    def __call__(self, attempt: int) -> float:
-        ceiling = min(self.cap, self.base * 2.0 ** max(attempt - 1, 0))
-        return ceiling / 2 + random.uniform(0, ceiling / 2) if self.jitter else ceiling
-
-
-DEFAULT_BACKOFF = Backoff()
-
-
 def retry_delay(attempts: int, retry_in: float | None) -> float:
     """Seconds before the next attempt: retry_in when given, else the default backoff."""
     if retry_in is None:
         return DEFAULT_BACKOFF(attempts)
     return check_seconds("retry_in", retry_in)
-
-
-@dataclass(frozen=True, slots=True)
-class Enqueued:
-    """What enqueue_once() did: the job's id, and whether this call created the job
-    (False: a job of the same task already had the idempotency key, and nothing was
-    written)."""
-
-    id: int
-    created: bool
-
-
-@dataclass(slots=True)
-class Claim:
-    """A job this worker holds: proof of ownership for complete, fail and heartbeat."""
-
-    id: int
-    token: uuid.UUID
-    attempts: int
-    max_attempts: int
-    task: str
-    args: dict[str, Any]
-    key: str | None
-    queue: str
-    priority: int
-    lease_until: dt.datetime
-    created_at: dt.datetime
-    job_idempotency_key: str | None = field(default=None, repr=False)
-    run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
-
-    @property
-    def idempotency_key(self) -> str:
-        """The same on every attempt of this job: hand it to the systems the job calls."""
-        return self.job_idempotency_key or f"pgbaton-job-{self.id}"
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Claim:
-        return cls(
-            id=row["id"],
-            token=row["claim_token"],
-            attempts=row["attempts"],
-            max_attempts=row["max_attempts"],
-            task=row["task"],
-            args=row["args"],
-            key=row["key"],
-            queue=row["queue"],
-            priority=row["priority"],
-            lease_until=row["lease_until"],
-            created_at=row["created_at"],
-            job_idempotency_key=row["idempotency_key"],
-            run_at=row.get("run_at"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A job row as stored, for inspection."""
-
-    id: int
-    queue: str
-    task: str
-    args: dict[str, Any]
-    status: str
-    priority: int
-    run_at: dt.datetime
-    attempts: int
-    max_attempts: int
-    key: str | None
-    idempotency_key: str | None
-    claim_token: uuid.UUID | None
-    lease_until: dt.datetime | None
-    worker_id: str | None
-    errors: list[dict[str, Any]]
-    result: Any
-    created_at: dt.datetime
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Job:
-        return cls(**row)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """Counts of one queue's jobs by status."""
-
-    queue: str
-    pending: int
-    running: int
-    done: int
-    failed: int
-    cancelled: int
-    expired_leases: int
-    oldest_pending_seconds: float | None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> QueueStats:
-        return cls(**row)
 
 
 def held_params(claims: Iterable[Claim]) -> dict[str, list[Any]]:

@@ -1,0 +1,132 @@
+"""The public data pgbaton hands out: claims, jobs, queue statistics, what an enqueue did,
+and the default retry policy. Plain data, no I/O."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("pending", "running", "done", "failed", "cancelled")
+
+RETRY_BASE_SECONDS = 1.0
+RETRY_CAP_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Capped exponential backoff: base * 2**(attempt-1) seconds, at most cap. With
+    jitter the delay is drawn from the upper half, so a burst of failures spreads out."""
+
+    base: float = RETRY_BASE_SECONDS
+    cap: float = RETRY_CAP_SECONDS
+    jitter: bool = True
+
+    def __call__(self, attempt: int) -> float:
+        ceiling = min(self.cap, self.base * 2.0 ** max(attempt - 1, 0))
+        return ceiling / 2 + random.uniform(0, ceiling / 2) if self.jitter else ceiling
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What enqueue_once() did: the job's id, and whether this call created the job
+    (False: a job of the same task already had the idempotency key, and nothing was
+    written)."""
+
+    id: int
+    created: bool
+
+
+@dataclass(slots=True)
+class Claim:
+    """A job this worker holds: proof of ownership for complete, fail and heartbeat."""
+
+    id: int
+    token: uuid.UUID
+    attempts: int
+    max_attempts: int
+    task: str
+    args: dict[str, Any]
+    key: str | None
+    queue: str
+    priority: int
+    lease_until: dt.datetime
+    created_at: dt.datetime
+    job_idempotency_key: str | None = field(default=None, repr=False)
+    run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same on every attempt of this job: hand it to the systems the job calls."""
+        return self.job_idempotency_key or f"pgbaton-job-{self.id}"
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Claim:
+        return cls(
+            id=row["id"],
+            token=row["claim_token"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            task=row["task"],
+            args=row["args"],
+            key=row["key"],
+            queue=row["queue"],
+            priority=row["priority"],
+            lease_until=row["lease_until"],
+            created_at=row["created_at"],
+            job_idempotency_key=row["idempotency_key"],
+            run_at=row.get("run_at"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job row as stored, for inspection."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    status: str
+    priority: int
+    run_at: dt.datetime
+    attempts: int
+    max_attempts: int
+    key: str | None
+    idempotency_key: str | None
+    claim_token: uuid.UUID | None
+    lease_until: dt.datetime | None
+    worker_id: str | None
+    errors: list[dict[str, Any]]
+    result: Any
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        return cls(**row)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts of one queue's jobs by status."""
+
+    queue: str
+    pending: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int
+    expired_leases: int
+    oldest_pending_seconds: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueueStats:
+        return cls(**row)
