@@ -131,6 +131,7 @@ class Heartbeat:
                 if now < fence_at:
                     next_check = min(next_check, fence_at)
                 elif self.held.lose(running, "fenced"):
+                    self.held.heartbeat_ok.clear()  # no claims until a beat gets through
                     logger.warning(
                         "job %s: its lease is running out and the heartbeat cannot reach "
                         "the database; another worker may take the job, so its handler is "
