@@ -11,6 +11,7 @@ from .errors import ConfigurationError
 from .limits import MAX_SCHEMA_NAME_LENGTH, RESERVED_SCHEMA_PREFIX
 
 SCHEMA_PLACEHOLDER = "__schema__"
+CHANNEL_PLACEHOLDER = "__channel__"  # the schema's NOTIFY channel, quoted
 _SCHEMA_NAME = re.compile(rf"^[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}$")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -63,7 +64,11 @@ def _raw_queries() -> dict[str, str]:
 @functools.cache
 def queries(schema: str) -> dict[str, str]:
     """Every named statement, bound to one schema."""
-    return {name: _in_schema(body, schema) for name, body in _raw_queries().items()}
+    channel = f'"{notify_channel(schema)}"'
+    return {
+        name: _in_schema(body, schema).replace(CHANNEL_PLACEHOLDER, channel)
+        for name, body in _raw_queries().items()
+    }
 
 
 @dataclass(frozen=True)

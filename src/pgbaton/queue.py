@@ -476,6 +476,14 @@ class Queue:
         rows = self._fetch("leader_try_acquire", {"schema": self.schema}, conn)
         return bool(rows[0]["acquired"])
 
+    def ping(self, conn: psycopg.Connection[Any] | None = None) -> None:
+        """One round trip on conn (or a pooled connection); raises if it fails."""
+        self._fetch("server_ping", None, conn)
+
+    def listen(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN on conn (autocommit, kept open) for this schema's new jobs."""
+        self._fetch("channel_listen", None, conn)
+
     def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; a running holder loses its claim, but the
         job's key stays held until that holder releases it or its lease runs out."""

@@ -474,6 +474,14 @@ class AsyncQueue:
         rows = await self._fetch("leader_try_acquire", {"schema": self.schema}, conn)
         return bool(rows[0]["acquired"])
 
+    async def ping(self, conn: psycopg.AsyncConnection[Any] | None = None) -> None:
+        """One round trip on conn (or a pooled connection); raises if it fails."""
+        await self._fetch("server_ping", None, conn)
+
+    async def listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """LISTEN on conn (autocommit, kept open) for this schema's new jobs."""
+        await self._fetch("channel_listen", None, conn)
+
     async def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; a running holder loses its claim, but the
         job's key stays held until that holder releases it or its lease runs out."""

@@ -146,10 +146,12 @@ async def test_events_reach_subscribers_and_a_raising_one_breaks_nothing(
     assert names[0] == "worker.started" and names[-1] == "worker.stopped"
     for job_id in ids:
         mine = [e for e in seen if e.job_id == job_id]
-        assert [e.name for e in mine] == ["job.claimed", "job.started", "job.succeeded"]
+        assert [e.name for e in mine] == [
+            "job.enqueued", "job.claimed", "job.started", "job.succeeded"
+        ]
         assert {e.task for e in mine} == {"fine"} and {e.queue for e in mine} == {"default"}
         assert mine[-1].run_time is not None and mine[-1].run_time >= 0
-        assert mine[1].queue_time is not None and mine[1].queue_time >= 0
+        assert mine[2].queue_time is not None and mine[2].queue_time >= 0
     failed = next(e for e in seen if e.name == "job.failed")
     assert (failed.job_id, failed.error_type, failed.attempt) == (failing, "ValueError", 1)
     assert isinstance(failed.exception, ValueError)

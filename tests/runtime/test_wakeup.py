@@ -22,8 +22,8 @@ def wait_for_listener(db, schema: str) -> None:
     wait_until(
         lambda: scalar(
             db,
-            "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
-            f'LISTEN "{channel}"',
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s",
+            f'%LISTEN "{channel}";',
         ) == 1,
         timeout=30,
         what=f"the worker to LISTEN on {channel}",

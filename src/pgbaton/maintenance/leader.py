@@ -79,7 +79,7 @@ class Leader:
                     await self._run_service(service)
                     due[service.name] = loop.time() + service.interval
             # Proves the session that holds the lock is still alive; raises if it is not.
-            await conn.execute("SELECT 1")
+            await self.queue.ping(conn)
             await asyncio.sleep(max(self.tick, min(due.values()) - loop.time()))
 
     async def _run_service(self, service: Service) -> None:

@@ -323,3 +323,11 @@ RETURNING id;
 -- A session-level lock: held while the leader's connection lives, released by
 -- PostgreSQL the moment that connection dies.
 SELECT pg_try_advisory_lock(hashtext('pgbaton.leader.' || %(schema)s)) AS acquired;
+
+-- name: server_ping
+-- The cheapest round trip: proves a session (the leader's, or a pooled one) still works.
+SELECT 1 AS alive;
+
+-- name: channel_listen
+-- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
+LISTEN __channel__;

@@ -27,6 +27,7 @@ logger = logging.getLogger("pgbaton.worker")
 # worker's clock, so that it has stopped by the time another worker may start the job.
 FENCE_MARGIN_FRACTION = 0.2
 FENCE_IDLE_SECONDS = 1.0
+PROBE_SECONDS = 1.0  # how often an unreachable database is asked again
 
 
 class Heartbeat:
@@ -49,6 +50,8 @@ class Heartbeat:
         logs it and starts this again)."""
         while True:
             interval = self.held.shortest_lease(self.default_lease) / 3
+            if not self.held.heartbeat_ok.is_set():
+                interval = min(interval, PROBE_SECONDS)
             self._due = min(self._due, self.held.now() + interval) if self._due else (
                 self.held.now() + interval
             )
@@ -63,7 +66,26 @@ class Heartbeat:
                 except TimeoutError:
                     pass
             self._due = 0.0
-            await self.extend([r for r in self.held if not r.finished])
+            targets = [r for r in self.held if not r.finished]
+            if targets:
+                await self.extend(targets)
+            elif not self.held.heartbeat_ok.is_set():
+                await self._probe()  # nothing to extend: ask the database itself
+
+    async def _probe(self) -> None:
+        try:
+            await asyncio.wait_for(self.queue.ping(), timeout=self.default_lease)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            return
+        self._reached()
+
+    def _reached(self) -> None:
+        if not self.held.heartbeat_ok.is_set():
+            self.held.heartbeat_ok.set()
+            logger.info("heartbeat reached the database again; claiming resumes")
+            self._notify("connection.restored", None)
 
     async def extend_one(self, context: JobContext) -> bool:
         """JobContext.heartbeat(): extend this job's lease now."""
@@ -99,10 +121,7 @@ class Heartbeat:
                     )
                     self._notify("connection.lost", None, error=error or "timed out")
                 continue
-            if not self.held.heartbeat_ok.is_set():
-                self.held.heartbeat_ok.set()
-                logger.info("heartbeat reached the database again; claiming resumes")
-                self._notify("connection.restored", None)
+            self._reached()
             self._notify("heartbeats", None)
             for running, still_held in zip(group, held, strict=True):
                 if still_held:

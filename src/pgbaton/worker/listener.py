@@ -23,7 +23,7 @@ async def listen(
         try:
             conn = await queue.connect(autocommit=True)
             async with conn:
-                await conn.execute(f'LISTEN "{queue.channel}"')
+                await queue.listen(conn)
                 # Jobs committed while we were not listening sent their NOTIFY to nobody.
                 wake("listen")
                 async for notification in conn.notifies():
