@@ -396,8 +396,8 @@ class QueueMachine(RuleBasedStateMachine):
         assert [r["id"] for r in sorted(due, key=lambda r: (r["run_at"], r["id"]))] == [
             j.id for j in sorted((self.jobs[r["id"]] for r in due), key=lambda j: (j.tick, j.id))
         ], "run_at order differs from the order of the statements that set it"
-        running_keys = [r["key"] for r in rows if r["status"] == "running" and r["key"]]
-        assert len(running_keys) == len(set(running_keys)), "two running jobs share a key"
+        # At most one running job per key is not asserted here: the unique index
+        # jobs_one_running_per_key makes any other state impossible to reach.
 
 
 def test_every_interleaving_of_workers_and_operator_keeps_the_table_equal_to_the_model(
