@@ -83,7 +83,7 @@ async def test_inline_in_an_async_test() -> None:
 def test_the_app_gets_its_queues_back_and_the_rest_needs_a_database() -> None:
     """Inside inline() the database-only calls say so; afterwards the App is as before."""
     before = app.queue
-    with inline(app):
-        with pytest.raises(pgbaton.ConfigurationError, match=r"Queue.stats .*inline"):
-            app.queue.stats()
+    no_database = pytest.raises(pgbaton.ConfigurationError, match=r"Queue.stats .*inline")
+    with inline(app), no_database:
+        app.queue.stats()
     assert app.queue is before
