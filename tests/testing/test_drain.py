@@ -11,7 +11,7 @@ import pytest
 from psycopg.rows import DictRow
 
 import pgbaton
-from pgbaton.testing import drain, drain_async
+from pgbaton.testing import DrainTimeout, drain, drain_async
 
 
 @pytest.fixture
@@ -116,3 +116,19 @@ async def test_drain_inside_an_event_loop_is_drain_async(app: pgbaton.App) -> No
 def test_an_empty_queue_drains_to_nothing(app: pgbaton.App) -> None:
     """With nothing due, drain returns at once with no result."""
     assert drain(app, timeout=10) == []
+
+
+def test_a_drain_past_its_timeout_raises_and_hands_the_job_back(
+    app: pgbaton.App, db: psycopg.Connection[DictRow]
+) -> None:
+    """A job still running at the timeout: DrainTimeout, and the job is pending again."""
+
+    @app.task
+    async def forever() -> None:
+        await asyncio.sleep(3600)
+
+    forever.defer()
+    with pytest.raises(DrainTimeout, match=r"gave up after 0.5 s"):
+        drain(app, timeout=0.5)
+    row = db.execute("SELECT status, claim_token FROM jobs").fetchone()
+    assert row == {"status": "pending", "claim_token": None}
