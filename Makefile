@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint generate clean bench
+.PHONY: demo test lint generate clean bench docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,4 +34,8 @@ bench:
 	.venv-bench/bin/python -m benchmarks.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-bench .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-bench .pytest_cache .mypy_cache .ruff_cache site
+
+# The documentation site (mkdocs.yml) into site/; --strict: any warning fails.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

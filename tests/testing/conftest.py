@@ -1,0 +1,3 @@
+"""The example project is a user's project: it runs under pytester, not in this suite."""
+
+collect_ignore = ["example_project"]
