@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._base import INT4_MAX, Job
 from ..app import App, Task
 from ..errors import InvalidArgument
+from ..limits import INT4_MAX
+from ..models import Job
 from ..queue import Queue
 
 SHOWN_IN_FAILURE = 5

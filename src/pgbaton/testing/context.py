@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .._base import Claim
 from ..app import Task
 from ..context import JobContext
+from ..models import Claim
 
 
 async def _never_called(_: JobContext) -> bool:

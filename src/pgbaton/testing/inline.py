@@ -20,10 +20,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from .._base import Claim, job_params, many_job_params
+from .._checks import job_params, many_job_params
 from ..app import App, Task
 from ..context import JobContext
 from ..errors import ConfigurationError, UnknownTask
+from ..models import Claim
 from ..worker.executor import Executor
 from ..worker.held import HeldJobs, Outcome
 from .results import JobResult
@@ -134,7 +135,7 @@ async def _execute(app: App, claim: Claim) -> Outcome:
     executor = Executor(
         held=held, tasks=app.tasks, middlewares=app.middlewares,
         worker_id=INLINE_WORKER_ID, claim_lease=INLINE_LEASE_SECONDS,
-        extend_one=extend, notify=lambda *_, **__: None,
+        extend_one=extend, notify=lambda *_, **__: None, on_dropped=lambda _: None,
     )
     try:
         executor.start([claim], held.now())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .._base import Job
 from ..app import App
+from ..models import Job
 from ..queue import Queue
 from ..queue_async import AsyncQueue
 
