@@ -19,6 +19,7 @@ from .errors import (
     UnknownTask,
 )
 from .events import Event
+from .job_filter import JobFilter
 from .queue import Queue
 from .queue_async import AsyncQueue
 from .worker import Worker, WorkerConfig
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidArgument",
     "Job",
     "JobContext",
+    "JobFilter",
     "JobTimeout",
     "NotSerializable",
     "Periodic",

@@ -33,7 +33,7 @@ def _in_schema(text: str, schema: str) -> str:
     return text.replace(SCHEMA_PLACEHOLDER, f'"{check_schema_name(schema)}"')
 
 
-QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql")
+QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "dashboard.sql")
 
 
 @functools.cache

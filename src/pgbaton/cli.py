@@ -26,6 +26,7 @@ from .app import App
 from .doctor import doctor
 from .errors import PgbatonError
 from .showcase.lab import lab
+from .web import command as web_command
 
 
 class _Command(click.Group):
@@ -273,3 +274,7 @@ def demo(dsn: str | None) -> None:
 
 main.add_command(doctor)
 main.add_command(lab)
+main.add_command(web_command.dashboard)
+main.add_command(web_command.metrics)
+web_command.add_bulk_form(retry, "retry")
+web_command.add_bulk_form(cancel, "cancel")

@@ -1,0 +1,92 @@
+"""The dashboard's reads: each a named statement of sql/dashboard.sql, on a pool of
+its own whose statements time out, so that a slow filter is a clear error, not a hang."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import DictRow, dict_row
+
+from .. import _sql
+from ..job_filter import JobFilter
+
+Row = dict[str, Any]
+Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+STATEMENT_TIMEOUT_MS = 10_000
+SAME_KEY_LIMIT = 20
+
+
+@dataclass
+class Overview:
+    """What the overview page shows, read in one go."""
+
+    queues: list[Row]
+    minutes: dict[str, list[Row]]  # queue -> its minutes of the last hour
+    workers: list[Row]
+    leader: Row | None
+    at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+class Store:
+    def __init__(self, dsn: str, schema: str, pool_size: int = 4) -> None:
+        self.schema = schema
+        self._sql = _sql.queries(schema)
+        self._pool = Pool(
+            dsn,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            min_size=1,
+            max_size=pool_size,
+            kwargs={
+                "autocommit": True,
+                "row_factory": dict_row,
+                "application_name": "pgbaton dashboard",
+                "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+            },
+            open=False,
+        )
+        self._opened = False
+
+    async def open(self) -> None:
+        if not self._opened:
+            await self._pool.open(wait=True, timeout=10)
+            self._opened = True
+
+    async def close(self) -> None:
+        if self._opened:
+            await self._pool.close()
+            self._opened = False
+
+    async def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+        await self.open()
+        async with self._pool.connection(timeout=10) as conn:
+            cursor = await conn.execute(self._sql[name], params)
+            return await cursor.fetchall() if cursor.description else []
+
+    async def ping(self) -> bool:
+        return bool(await self.fetch("dashboard_ping"))
+
+    async def overview(self) -> Overview:
+        queues = await self.fetch("dashboard_queue_counts")
+        minutes: dict[str, list[Row]] = {}
+        for row in await self.fetch("dashboard_minutes"):
+            minutes.setdefault(row["queue"], []).append(row)
+        workers = await self.fetch("dashboard_workers")
+        leaders = await self.fetch("dashboard_leader", {"schema": self.schema})
+        return Overview(queues, minutes, workers, leaders[0] if leaders else None)
+
+    async def job_page(self, job_filter: JobFilter, before: int | None, limit: int) -> list[Row]:
+        params = {**job_filter.params(), "before": before, "limit": limit}
+        return await self.fetch("dashboard_job_page", params)
+
+    async def jobs_of_key(self, key: str, job_id: int) -> list[Row]:
+        return await self.fetch(
+            "dashboard_jobs_of_key", {"key": key, "id": job_id, "limit": SAME_KEY_LIMIT}
+        )
+
+    async def periodic_last(self, prefixes: list[str]) -> dict[str, Row]:
+        rows = await self.fetch("dashboard_periodic_last", {"prefixes": prefixes})
+        return {row["prefix"]: row for row in rows}
