@@ -12,9 +12,9 @@ import pgbaton
 
 pytest.importorskip("starlette", reason="the dashboard needs the extra pgbaton[web]")
 
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from pgbaton.web import create_app  # noqa: E402
+from pgbaton.web import create_app
 
 HOSTILE = '<script>alert("owned")</script><img src=x onerror=alert(1)>'
 
