@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -87,6 +88,7 @@ class Dashboard:
         self.templates = Jinja2Templates(env=environment)
         self.templates.env.globals["age"] = age
         self.templates.env.filters["when"] = _when
+        self.templates.env.filters["pretty"] = _pretty
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(QueueCollector(dsn, self.schema))
         self.hub = LiveHub(dsn, notify_channel(self.schema), self.render_overview_panel)
@@ -340,6 +342,11 @@ class Dashboard:
     async def metrics(self, request: Request) -> Response:
         body = await run_in_threadpool(generate_latest, self.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _pretty(value: Any) -> str:
+    """JSON as a person reads it; the template's autoescape makes it safe, not this."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
 def _when(value: dt.datetime | None) -> str:

@@ -66,6 +66,19 @@ class Store:
             cursor = await conn.execute(self._sql[name], params)
             return await cursor.fetchall() if cursor.description else []
 
+    async def fetch_plan(self, name: str, params: dict[str, Any]) -> list[str]:
+        """EXPLAIN (ANALYZE, BUFFERS) of a named read, for benchmarks/dashboard_paging.py."""
+        rows = await self.fetch_explained(name, params)
+        return [str(next(iter(row.values()))) for row in rows]
+
+    async def fetch_explained(self, name: str, params: dict[str, Any]) -> list[Row]:
+        await self.open()
+        async with self._pool.connection(timeout=10) as conn:
+            cursor = await conn.execute(
+                "EXPLAIN (ANALYZE, BUFFERS) " + self._sql[name], params  # type: ignore[operator]
+            )
+            return await cursor.fetchall()
+
     async def ping(self) -> bool:
         return bool(await self.fetch("dashboard_ping"))
 
