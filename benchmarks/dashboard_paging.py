@@ -34,6 +34,11 @@ PROPOSED_INDEXES = (
     f"CREATE INDEX IF NOT EXISTS jobs_task_id ON {SCHEMA}.jobs (task, id)",
     f"CREATE INDEX IF NOT EXISTS jobs_failed ON {SCHEMA}.jobs (id) INCLUDE (queue) "
     "WHERE status = 'failed'",
+    f"CREATE INDEX IF NOT EXISTS jobs_pending_by_queue ON {SCHEMA}.jobs (queue, run_at) "
+    "WHERE status = 'pending'",
+    f"CREATE INDEX IF NOT EXISTS jobs_finished_by_time ON {SCHEMA}.jobs (finished_at) "
+    "INCLUDE (queue, status, started_at, run_at) "
+    "WHERE status IN ('done', 'failed', 'cancelled')",
 )
 PAGE = 51
 TARGET_MS = 100.0

@@ -47,8 +47,10 @@ class Store:
                 # Filters are optional (`%(task)s IS NULL OR task = %(task)s`): a plan
                 # made for the values at hand drops the absent ones and can use an
                 # index for the present ones; a generic plan could do neither.
+                # JIT compiles for the estimated cost of scanning a large table, and
+                # cost a third of a second of the overview's counts on 10 million rows.
                 "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS} "
-                           "-c plan_cache_mode=force_custom_plan",
+                           "-c plan_cache_mode=force_custom_plan -c jit=off",
             },
             open=False,
         )
