@@ -41,9 +41,12 @@ ORDER BY queue;
 
 -- name: dashboard_minutes
 -- The last hour, minute by minute and per queue: jobs finished (by outcome) and their
--- mean and largest queue time (run_at to start). Reads only jobs_finished's last hour.
+-- mean and largest queue time (run_at to start). Reads jobs_finished from `since` (the
+-- minutes the dashboard has not kept yet; NULL: the whole hour). current_minute tells
+-- the caller which minute is still filling up.
 SELECT queue,
        date_trunc('minute', finished_at) AS minute,
+       date_trunc('minute', now()) AS current_minute,
        count(*) FILTER (WHERE status = 'done') AS done,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
@@ -51,7 +54,8 @@ SELECT queue,
        max(extract(epoch FROM started_at - run_at))::float8 AS queue_seconds_max
 FROM __schema__.jobs
 WHERE status IN ('done', 'failed', 'cancelled')
-  AND finished_at >= date_trunc('minute', now()) - interval '59 minutes'
+  AND finished_at >= greatest(date_trunc('minute', now()) - interval '59 minutes',
+                              %(since)s::timestamptz)
 GROUP BY queue, minute
 ORDER BY queue, minute;
 

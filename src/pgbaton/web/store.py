@@ -55,6 +55,9 @@ class Store:
             open=False,
         )
         self._opened = False
+        # Finished minutes of the last hour, read once: a minute that is over does not
+        # change, so each render reads only the minutes since the newest one kept.
+        self._past_minutes: dict[dt.datetime, list[Row]] = {}
 
     async def open(self) -> None:
         if not self._opened:
@@ -91,11 +94,29 @@ class Store:
     async def overview(self) -> Overview:
         queues = await self.fetch("dashboard_queue_counts")
         minutes: dict[str, list[Row]] = {}
-        for row in await self.fetch("dashboard_minutes"):
+        for row in await self.last_hour():
             minutes.setdefault(row["queue"], []).append(row)
         workers = await self.fetch("dashboard_workers")
         leaders = await self.fetch("dashboard_leader", {"schema": self.schema})
         return Overview(queues, minutes, workers, leaders[0] if leaders else None)
+
+    async def last_hour(self) -> list[Row]:
+        """The dashboard_minutes rows of the last hour, the finished minutes from memory."""
+        since = max(self._past_minutes) + dt.timedelta(minutes=1) if self._past_minutes else None
+        rows = await self.fetch("dashboard_minutes", {"since": since})
+        fresh = []
+        if rows:
+            current = rows[0]["current_minute"]
+            first = current - dt.timedelta(minutes=59)
+            for minute in [m for m in self._past_minutes if m < first]:
+                del self._past_minutes[minute]
+            for row in rows:
+                if row["minute"] < current:
+                    self._past_minutes.setdefault(row["minute"], []).append(row)
+                else:
+                    fresh.append(row)
+        kept = [row for minute in sorted(self._past_minutes) for row in self._past_minutes[minute]]
+        return kept + fresh
 
     async def job_page(self, job_filter: JobFilter, before: int | None, limit: int) -> list[Row]:
         params = {**job_filter.params(), "before": before, "limit": limit}
