@@ -25,6 +25,7 @@ from pgbaton.web import create_app
 
 from .conftest import HOSTILE, Jobs
 from .test_metrics import free_port
+from .test_store import finish
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -185,10 +186,19 @@ def test_bulk_retry_is_counted_then_confirmed(
 
 
 def test_the_overview_updates_live(browser: webdriver.Chrome, server: str, jobs: Jobs,
-                                   queue: pgbaton.Queue, tmp_path: Path) -> None:
-    """A job enqueued while the page is open appears without a reload (the NOTIFY wakes
-    the server-sent stream)."""
+                                   queue: pgbaton.Queue, tmp_path: Path,
+                                   db: psycopg.Connection[DictRow]) -> None:
+    """The charts draw the last hour's work; a job enqueued while the page is open
+    appears without a reload (the NOTIFY wakes the server-sent stream)."""
+    for ago in range(60):
+        finish(db, 20 + (ago * 7) % 13 + (40 - ago if ago < 40 else 0), ago, queue="mail",
+               wait=0.5 + (ago % 9) / 4)
+        if ago % 11 == 3:
+            finish(db, 4, ago, status="failed", queue="mail")
     browser.get(server + "/")
+    bars = browser.find_elements(By.CSS_SELECTOR, '[data-queue="mail"] svg rect.done')
+    assert len(bars) == 60
+    assert browser.find_elements(By.CSS_SELECTOR, '[data-queue="mail"] svg rect.failed')
     wait(browser).until(expected_conditions.text_to_be_present_in_element(
         (By.ID, "live-state"), "live"))
     browser.execute_script("document.body.dataset.marker = 'not reloaded'")

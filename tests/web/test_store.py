@@ -10,15 +10,19 @@ from pgbaton.web.store import Store
 
 FINISHED = """
 INSERT INTO jobs (queue, task, status, attempts, run_at, created_at, started_at, finished_at)
-SELECT 'q', 't', %(status)s, 1, t - interval '2 seconds', t, t - interval '1 second', t
+SELECT %(queue)s, 't', %(status)s, 1, t - make_interval(secs => %(wait)s + 1), t,
+       t - interval '1 second', t
 FROM generate_series(1, %(count)s), LATERAL (
     SELECT date_trunc('minute', now()) - make_interval(mins => %(ago)s) + interval '1 second'
     AS t) AS at
 """
 
 
-def finish(db: psycopg.Connection[DictRow], count: int, ago: int, status: str = "done") -> None:
-    db.execute(FINISHED, {"count": count, "ago": ago, "status": status})
+def finish(db: psycopg.Connection[DictRow], count: int, ago: int, status: str = "done",
+           queue: str = "q", wait: float = 1.0) -> None:
+    """count jobs of `queue` finished `ago` minutes ago, after waiting `wait` seconds."""
+    db.execute(FINISHED, {"count": count, "ago": ago, "status": status, "queue": queue,
+                          "wait": wait})
 
 
 def by_minute(rows: list[dict[str, object]]) -> list[tuple[object, object, object]]:

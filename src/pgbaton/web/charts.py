@@ -81,4 +81,4 @@ def queue_time(rows: Sequence[dict[str, Any]], now: dt.datetime) -> Markup:
     )
     line = f'<polyline class="mean" points="{" ".join(points)}"/>' if points else ""
     return _frame("queue time in seconds per minute (line: mean, dots: largest)",
-                  f"{top:.2f} s", line + ticks)
+                  f"{top:.3g} s", line + ticks)
