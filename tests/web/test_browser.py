@@ -185,7 +185,7 @@ def test_bulk_retry_is_counted_then_confirmed(
     assert row == {"n": 4}
 
 
-def test_the_overview_updates_live(browser: webdriver.Chrome, server: str, jobs: Jobs,
+def test_the_overview_updates_live(*, browser: webdriver.Chrome, server: str, jobs: Jobs,
                                    queue: pgbaton.Queue, tmp_path: Path,
                                    db: psycopg.Connection[DictRow]) -> None:
     """The charts draw the last hour's work; a job enqueued while the page is open

@@ -18,7 +18,7 @@ FROM generate_series(1, %(count)s), LATERAL (
 """
 
 
-def finish(db: psycopg.Connection[DictRow], count: int, ago: int, status: str = "done",
+def finish(db: psycopg.Connection[DictRow], count: int, ago: int, *, status: str = "done",
            queue: str = "q", wait: float = 1.0) -> None:
     """count jobs of `queue` finished `ago` minutes ago, after waiting `wait` seconds."""
     db.execute(FINISHED, {"count": count, "ago": ago, "status": status, "queue": queue,
