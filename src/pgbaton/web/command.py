@@ -117,6 +117,13 @@ def add_bulk_form(command: click.Command, action: str) -> click.Command:
         if isinstance(param, click.Argument):
             param.required = False
     command.params.extend(_FILTER_OPTIONS)
+    command.help = (command.help or "") + (
+        "\n\nWith filter options instead of JOB_ID, every job of the filter that can be "
+        f"{'retried' if action == 'retry' else 'cancelled'}: the count is shown first, "
+        "then asked (e.g. "
+        + ("--status failed --task charge --since 10:00)." if action == "retry"
+           else "--queue mail --task send_receipt).")
+    )
     single: Callable[..., Any] = command.callback  # type: ignore[assignment]
 
     def callback(**options: Any) -> None:
