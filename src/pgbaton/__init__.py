@@ -19,6 +19,7 @@ from .errors import (
     UnknownTask,
 )
 from .events import Event
+from .job_filter import JobFilter
 from .models import Backoff, Claim, Enqueued, Job, QueueStats
 from .queue import Queue
 from .queue_async import AsyncQueue
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidArgument",
     "Job",
     "JobContext",
+    "JobFilter",
     "JobTimeout",
     "NotSerializable",
     "Periodic",

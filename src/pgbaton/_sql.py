@@ -41,7 +41,8 @@ def _in_schema(text: str, schema: str) -> str:
     return text.replace(SCHEMA_PLACEHOLDER, f'"{check_schema_name(schema)}"')
 
 
-QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "testing.sql")
+QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "testing.sql",
+               "dashboard.sql")
 
 
 @functools.cache

@@ -35,6 +35,7 @@ from .dsn import resolve_schema
 from .errors import ConfigurationError, ConnectionFailed, PgbatonError
 from .queue import Queue
 from .showcase.lab import lab
+from .web import command as web_command
 
 logger = logging.getLogger("pgbaton.cli")
 
@@ -152,6 +153,9 @@ def load_app(spec: str) -> App:
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="PGBATON_LOG_LEVEL",
               help="Least severe log records shown [or PGBATON_LOG_LEVEL].")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT (with "
+                   "--processes, process N on PORT+N; needs pgbaton[web]).")
 @click.option("--stats-file", type=click.Path(dir_okay=False), default=None,
               help="Write the worker's final statistics there as JSON when it stops "
                    "(with --processes, one file per process: FILE.0, FILE.1, ...).")
@@ -164,6 +168,7 @@ def worker(
     queues: str | None, concurrency: int, processes: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     connect_timeout: float, log_level: str, log_format: str, stats_file: str | None,
+    metrics_port: int | None,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
@@ -190,6 +195,7 @@ def worker(
         concurrency=concurrency, processes=processes, lease=lease,
         poll_interval=poll_interval, shutdown_grace=shutdown_grace,
         maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id, stats_path=stats_file,
+        metrics_port=metrics_port,
     )
     sys.exit(run_worker(app, config, app_spec=app_spec))
 
@@ -417,3 +423,7 @@ def demo(dsn: str | None) -> None:
 
 main.add_command(doctor)
 main.add_command(lab)
+main.add_command(web_command.dashboard)
+main.add_command(web_command.metrics)
+web_command.add_bulk_form(retry, "retry")
+web_command.add_bulk_form(cancel, "cancel")

@@ -21,6 +21,7 @@ from . import _sql
 from ._checks import (
     as_claim_list,
     check_filter,
+    check_int4,
     check_job_id,
     check_lease,
     check_limit,
@@ -40,6 +41,7 @@ from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
+from .job_filter import ACTION_STATUSES, JobFilter, check_upto
 from .models import Claim, Enqueued, Job, QueueStats
 
 Row = dict[str, Any]
@@ -519,3 +521,69 @@ class AsyncQueue:
     async def stats(self) -> list[QueueStats]:
         """Per queue: jobs by status, expired leases, age of the oldest claimable job."""
         return [QueueStats.from_row(row) for row in await self._fetch("queue_stats")]
+
+    # -- operator actions (the dashboard's and the command line's) -------------------
+    # One job, or every job of a JobFilter up to the newest id the operator saw
+    # counted (count_matching's `upto`): each an ordinary fenced statement that leaves
+    # alone a job no longer in a state the action may change.
+
+    async def delete(self, job_id: int) -> bool:
+        """Delete a job that is not running (a running one would lose its holder's work
+        without telling it: cancel it first)."""
+        return bool(await self._fetch("job_delete", {"id": check_job_id(job_id)}))
+
+    async def run_now(self, job_id: int) -> bool:
+        """Make a scheduled pending job due now and wake its queue's workers."""
+        params = {"id": check_job_id(job_id), "channel": self.channel}
+        return bool(await self._fetch("job_run_now", params))
+
+    async def set_priority(self, job_id: int, priority: int) -> bool:
+        """Change a pending job's priority (higher runs first)."""
+        params = {"id": check_job_id(job_id), "priority": check_int4("priority", priority)}
+        return bool(await self._fetch("job_set_priority", params))
+
+    async def count_matching(self, action: str, job_filter: JobFilter) -> tuple[int, int]:
+        """How many jobs of the filter `action` would change now, and the newest of
+        their ids: pass it as `upto` to the *_matching action to act on exactly those
+        (and older ones that entered the filter since, never newer ones)."""
+        statuses = ACTION_STATUSES.get(action)
+        if statuses is None:
+            raise InvalidArgument(
+                f"unknown action {action!r}: use one of {', '.join(ACTION_STATUSES)}"
+            )
+        params = {**job_filter.params(), "statuses": list(statuses)}
+        (row,) = await self._fetch("job_count_matching", params)
+        return int(row["count"]), int(row["upto"] or 0)
+
+    async def retry_matching(self, job_filter: JobFilter, *, upto: int) -> int:
+        """Send the failed and cancelled jobs of the filter back to pending."""
+        rows = await self._fetch("job_retry_matching", self._matching(job_filter, upto))
+        return int(rows[0]["changed"])
+
+    async def cancel_matching(self, job_filter: JobFilter, *, upto: int) -> int:
+        """Cancel the pending and running jobs of the filter."""
+        return len(await self._fetch("job_cancel_matching", self._matching(job_filter, upto)))
+
+    async def delete_matching(self, job_filter: JobFilter, *, upto: int) -> int:
+        """Delete the jobs of the filter that are not running."""
+        return len(await self._fetch("job_delete_matching", self._matching(job_filter, upto)))
+
+    async def run_now_matching(self, job_filter: JobFilter, *, upto: int) -> int:
+        """Make the scheduled pending jobs of the filter due now."""
+        rows = await self._fetch("job_run_now_matching", self._matching(job_filter, upto))
+        return int(rows[0]["changed"])
+
+    async def set_priority_matching(
+        self, job_filter: JobFilter, priority: int, *, upto: int
+    ) -> int:
+        """Change the priority of the pending jobs of the filter."""
+        params = {**self._matching(job_filter, upto),
+                  "priority": check_int4("priority", priority)}
+        return len(await self._fetch("job_set_priority_matching", params))
+
+    def _matching(self, job_filter: JobFilter, upto: int) -> dict[str, Any]:
+        if not isinstance(job_filter, JobFilter):
+            raise InvalidArgument(
+                f"job_filter must be a pgbaton.JobFilter, got {type(job_filter).__name__}"
+            )
+        return {**job_filter.params(), "upto": check_upto(upto), "channel": self.channel}

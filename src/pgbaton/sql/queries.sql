@@ -331,3 +331,144 @@ SELECT 1 AS alive;
 -- name: channel_listen
 -- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
 LISTEN __channel__;
+
+-- ==================================================================================
+-- Operator actions: the dashboard's and the command line's (pgbaton.web), one job or
+-- every job of a filter. Each guards, in SQL, the states it may leave, so a job that
+-- moved on between the page and the click is left alone, and a running job keeps its
+-- holder (only cancel takes a running job, keeping its token as a hold as job_cancel
+-- does; delete and run-now leave a held job alone).
+-- The *_matching statements take the filter of dashboard.sql (docs/dashboard.md) and
+-- `upto`, the newest id counted when the operator confirmed: jobs that arrive after
+-- the count are never swept in. job_retry and job_cancel above serve one job.
+-- ==================================================================================
+
+-- name: job_delete
+-- Not a job whose old handler may still run (a cancelled or retried job's hold): its key
+-- stays held until that handler lets go or its lease ends.
+DELETE FROM __schema__.jobs
+WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled')
+  AND (claim_token IS NULL OR lease_until <= now())
+RETURNING id;
+
+-- name: job_run_now
+-- A scheduled job becomes due now, and the workers of its queue are woken.
+WITH moved AS (
+    UPDATE __schema__.jobs
+    SET run_at = now()
+    WHERE id = %(id)s AND status = 'pending' AND run_at > now()
+      AND (claim_token IS NULL OR lease_until <= now())  -- not before a hold ends
+    RETURNING id, queue
+)
+SELECT moved.id, pg_notify(%(channel)s, moved.queue) FROM moved;
+
+-- name: job_set_priority
+UPDATE __schema__.jobs
+SET priority = %(priority)s
+WHERE id = %(id)s AND status = 'pending'
+RETURNING id;
+
+-- name: job_count_matching
+-- What a bulk action would change: the jobs of the filter in the action's states, and
+-- the newest of their ids (the action's `upto`).
+SELECT count(*) AS count, max(j.id) AS upto
+FROM __schema__.jobs AS j
+WHERE j.status = ANY(%(statuses)s::text[])
+      AND (%(status)s::text IS NULL OR j.status = %(status)s)
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s)
+      AND (%(key)s::text IS NULL OR j.key = %(key)s)
+      AND (%(text)s::text IS NULL
+           OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+           OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s);
+
+-- name: job_retry_matching
+WITH retried AS (
+    UPDATE __schema__.jobs AS j
+    -- As job_retry: a held job stays held, and is due when its old handler lets go.
+    SET status = 'pending', attempts = 0, run_at = greatest(now(), j.lease_until),
+        claim_token = CASE WHEN j.lease_until > now() THEN j.claim_token END,
+        lease_until = CASE WHEN j.lease_until > now() THEN j.lease_until END,
+        finished_at = NULL, worker_id = NULL
+    WHERE j.id <= %(upto)s AND j.status IN ('failed', 'cancelled')
+      AND (%(status)s::text IS NULL OR j.status = %(status)s)
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s)
+      AND (%(key)s::text IS NULL OR j.key = %(key)s)
+      AND (%(text)s::text IS NULL
+           OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+           OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+    RETURNING j.queue
+),
+woken AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM retried) AS q)
+SELECT (SELECT count(*) FROM retried) AS changed, (SELECT count(*) FROM woken) AS queues;
+
+-- name: job_cancel_matching
+-- As job_cancel: a running job keeps its token and lease as a hold on its key.
+UPDATE __schema__.jobs AS j
+SET status = 'cancelled', finished_at = now()
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running')
+  AND (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s)
+  AND (%(key)s::text IS NULL OR j.key = %(key)s)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+  AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+RETURNING j.id;
+
+-- name: job_delete_matching
+DELETE FROM __schema__.jobs AS j
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled')
+  AND (j.claim_token IS NULL OR j.lease_until <= now())
+  AND (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s)
+  AND (%(key)s::text IS NULL OR j.key = %(key)s)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+  AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+RETURNING j.id;
+
+-- name: job_run_now_matching
+WITH moved AS (
+    UPDATE __schema__.jobs AS j
+    SET run_at = now()
+    WHERE j.id <= %(upto)s AND j.status = 'pending' AND j.run_at > now()
+      AND (j.claim_token IS NULL OR j.lease_until <= now())
+      AND (%(status)s::text IS NULL OR j.status = %(status)s)
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s)
+      AND (%(key)s::text IS NULL OR j.key = %(key)s)
+      AND (%(text)s::text IS NULL
+           OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+           OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+      AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+    RETURNING j.queue
+),
+woken AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM moved) AS q)
+SELECT (SELECT count(*) FROM moved) AS changed, (SELECT count(*) FROM woken) AS queues;
+
+-- name: job_set_priority_matching
+UPDATE __schema__.jobs AS j
+SET priority = %(priority)s
+WHERE j.id <= %(upto)s AND j.status = 'pending'
+  AND (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s)
+  AND (%(key)s::text IS NULL OR j.key = %(key)s)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+  AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+RETURNING j.id;

@@ -44,6 +44,9 @@ class WorkerConfig:
     # jobs of a task only the new release knows wait, attempts untouched, for a worker
     # that knows it. True claims every task, and fails unknown ones with UnknownTask.
     claim_unknown_tasks: bool = False
+    # Serve this worker's Prometheus metrics on 127.0.0.1:metrics_port (pgbaton[web]);
+    # with several processes, process N serves metrics_port + N.
+    metrics_port: int | None = None
     worker_id: str | None = None
     dsn: str | None = None
     # When set, the worker writes its final statistics there as JSON as it stops (the

@@ -55,6 +55,8 @@ class ProcessSupervisor:
         settings.update(processes=1, worker_id=None)
         if self.config.stats_path:
             settings["stats_path"] = f"{self.config.stats_path}.{slot}"
+        if self.config.metrics_port:
+            settings["metrics_port"] = self.config.metrics_port + slot
         payload = json.dumps({"app": self.app_spec, "schema": self.schema,
                               "config": settings})
         child = subprocess.Popen(

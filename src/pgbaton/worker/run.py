@@ -31,6 +31,11 @@ def run_worker(app: App, config: WorkerConfig, app_spec: str | None = None) -> i
                 "`pgbaton worker MODULE:APP --processes N`, or pass app_spec"
             )
         return ProcessSupervisor(app_spec, app.schema, config).run()
+    if config.metrics_port:
+        from ..metrics import serve  # prometheus-client comes with pgbaton[web]
+
+        serve(app, config.metrics_port)
+        logger.info("worker metrics on http://127.0.0.1:%d/metrics", config.metrics_port)
     worker = Worker(app, config)
     received = 0
 

@@ -1,0 +1,132 @@
+-- The dashboard's reads (pgbaton.web), by name. None of them writes: the job actions
+-- are fenced statements at the end of queries.sql. __schema__ is the quoted schema.
+--
+-- Job filters (status, queue, task, key, text, since, until) are the same in every
+-- statement that takes them; a NULL parameter means "any". `since` and `until` bound
+-- the time the job finished, or, for a job that has not finished, the time it was
+-- created. `text` is a case-insensitive substring of the args or the errors.
+
+-- name: dashboard_queue_counts
+-- Per queue: unfinished jobs by state and the failed ones. Each count is its own
+-- scan of the partial index whose predicate it repeats, so done rows (nearly all of a
+-- busy table) are never read: pending from jobs_claimable, running from
+-- jobs_running_lease, failed from jobs_finished.
+SELECT queue,
+       sum(pending)::bigint AS pending,
+       sum(scheduled)::bigint AS scheduled,
+       sum(running)::bigint AS running,
+       sum(failed)::bigint AS failed,
+       max(oldest_pending_seconds) AS oldest_pending_seconds,
+       sum(expired_leases)::bigint AS expired_leases
+FROM (
+    SELECT queue,
+           count(*) FILTER (WHERE run_at <= now()) AS pending,
+           count(*) FILTER (WHERE run_at > now()) AS scheduled,
+           0 AS running, 0 AS failed,
+           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+               AS oldest_pending_seconds,
+           0 AS expired_leases
+    FROM __schema__.jobs WHERE status = 'pending' GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, count(*), 0, NULL, count(*) FILTER (WHERE lease_until < now())
+    FROM __schema__.jobs WHERE lease_until IS NOT NULL GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, 0, count(*), NULL, 0
+    FROM __schema__.jobs
+    WHERE status = 'failed' AND status IN ('done', 'failed', 'cancelled')  -- jobs_finished
+    GROUP BY queue
+) AS counted
+GROUP BY queue
+ORDER BY queue;
+
+-- name: dashboard_minutes
+-- The last hour, minute by minute and per queue: jobs finished (by outcome) and their
+-- mean and largest queue time (run_at to start). Reads jobs_finished from `since` (the
+-- minutes the dashboard has not kept yet; NULL: the whole hour). current_minute tells
+-- the caller which minute is still filling up.
+SELECT queue,
+       date_trunc('minute', finished_at) AS minute,
+       date_trunc('minute', now()) AS current_minute,
+       count(*) FILTER (WHERE status = 'done') AS done,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       avg(extract(epoch FROM started_at - run_at))::float8 AS queue_seconds_mean,
+       max(extract(epoch FROM started_at - run_at))::float8 AS queue_seconds_max
+FROM __schema__.jobs
+WHERE status IN ('done', 'failed', 'cancelled')
+  AND finished_at >= greatest(date_trunc('minute', now()) - interval '59 minutes',
+                              %(since)s::timestamptz)
+GROUP BY queue, minute
+ORDER BY queue, minute;
+
+-- name: dashboard_workers
+-- Workers seen holding a job now (there is no table of workers: an idle worker does
+-- not show), with how many jobs each holds and its newest lease.
+SELECT worker_id, count(*) AS running, max(lease_until) AS lease_until,
+       min(started_at) AS oldest_start
+FROM __schema__.jobs
+WHERE lease_until IS NOT NULL AND worker_id IS NOT NULL
+GROUP BY worker_id
+ORDER BY worker_id;
+
+-- name: dashboard_leader
+-- The session holding the maintenance leader's advisory lock (leader_try_acquire):
+-- pg_locks splits the bigint key into classid (high half) and objid (low half).
+SELECT l.pid, a.application_name, a.client_addr::text AS client_addr,
+       a.backend_start, extract(epoch FROM now() - a.backend_start)::float8 AS held_seconds
+FROM pg_locks AS l
+LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND ((l.classid::bigint << 32) | l.objid::bigint)
+      = hashtext('pgbaton.leader.' || %(schema)s)::bigint;
+
+-- name: dashboard_job_page
+-- One page of jobs, newest first, by keyset: `before` is the smallest id of the page
+-- before (NULL for the first page). Never OFFSET: a page deep in the table costs what
+-- the first one does. The list shows a job's last error, not all of them.
+SELECT id, queue, task, status, priority, run_at, attempts, max_attempts, key,
+       worker_id, created_at, started_at, finished_at,
+       left(args::text, 200) AS args_preview,
+       errors -> -1 ->> 'type' AS last_error_type,
+       left(errors -> -1 ->> 'message', 200) AS last_error
+FROM __schema__.jobs AS j
+WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
+  AND (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s)
+  AND (%(key)s::text IS NULL OR j.key = %(key)s)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+  AND (%(since)s::timestamptz IS NULL
+       OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL
+       OR coalesce(j.finished_at, j.created_at) < %(until)s)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_jobs_of_key
+-- The other jobs of one key, newest first (the job page's "same key" list).
+SELECT id, queue, task, status, attempts, max_attempts, created_at, finished_at
+FROM __schema__.jobs
+WHERE key = %(key)s AND id <> %(id)s
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: dashboard_periodic_last
+-- The newest job each periodic schedule made, found by its idempotency key's prefix
+-- (App.periodic's keys are pgbaton:periodic:<task>:<schedule>:<tick>).
+SELECT prefix.value AS prefix, last.id, last.status, last.run_at, last.finished_at,
+       last.errors -> -1 ->> 'message' AS last_error
+FROM unnest(%(prefixes)s::text[]) AS prefix(value)
+LEFT JOIN LATERAL (
+    SELECT id, status, run_at, finished_at, errors
+    FROM __schema__.jobs
+    WHERE idempotency_key LIKE prefix.value || '%%'
+    ORDER BY id DESC
+    LIMIT 1
+) AS last ON true;
+
+-- name: dashboard_ping
+SELECT 1 AS ok;

@@ -1,0 +1,442 @@
+"""create_app: the dashboard as a Starlette app.
+
+Its URLs are a contract (bookmarks and scripts use them): / the overview, /jobs the
+list (filters as query parameters), /jobs/<id> one job, /queues, /periodic, /health,
+/healthz, /metrics. Pages are GETs and never write; every action is a POST with a CSRF
+token, and every refusal is a 4xx page that says why. Mounted under a prefix, links
+follow the mount (root_path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import psycopg
+from croniter import croniter
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from .. import _database, _sql
+from .._checks import check_job_id
+from .._sql import notify_channel
+from ..app import App
+from ..doctor.checks import run_checks
+from ..doctor.findings import Thresholds, age, overall
+from ..doctor.inspection import Inspection
+from ..dsn import resolve_dsn
+from ..errors import InvalidArgument
+from ..job_filter import JobFilter
+from ..metrics import QueueCollector
+from ..queue_async import AsyncQueue
+from . import charts, params
+from .live import LiveHub, sse
+from .security import CSRF_COOKIE, CSRF_FIELD, Decision, Guard, Resolver
+from .store import Store
+
+logger = logging.getLogger("pgbaton.web")
+HERE = Path(__file__).parent
+NOTICES = {
+    "retry": "The job is pending again.",
+    "cancel": "The job was cancelled.",
+    "delete": "The job was deleted.",
+    "run_now": "The job is due now.",
+    "set_priority": "The job's priority was changed.",
+}
+REFUSALS = {
+    "retry": "only a failed or cancelled job can be retried",
+    "cancel": "only a pending or running job can be cancelled",
+    "delete": "a running job cannot be deleted (cancel it first)",
+    "run_now": "only a pending job scheduled for later can be run now",
+    "set_priority": "only a pending job's priority can be changed",
+}
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Dashboard:
+    """The state behind the routes: the store, the queue for actions, the guard."""
+
+    def __init__(self, dsn: str, schema: str, guard: Guard, app: App | None) -> None:
+        self.schema = _sql.check_schema_name(schema)
+        self.dsn = dsn
+        self.guard = guard
+        self.pgbaton_app = app
+        self.store = Store(dsn, self.schema)
+        self.queue = AsyncQueue(dsn, schema=self.schema)
+        # Autoescape everywhere: job args and errors are whatever producers wrote.
+        environment = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True
+        )
+        self.templates = Jinja2Templates(env=environment)
+        self.templates.env.globals["age"] = age
+        self.templates.env.filters["when"] = _when
+        self.templates.env.filters["pretty"] = _pretty
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(QueueCollector(dsn, self.schema))
+        self.hub = LiveHub(dsn, notify_channel(self.schema), self.render_overview_panel)
+
+    async def close(self) -> None:
+        await self.hub.stop()
+        await self.store.close()
+        await self.queue.close()
+
+    # -- rendering --------------------------------------------------------------
+
+    def page(
+        self, request: Request, template: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        decision: Decision = request.state.decision
+        token = request.cookies.get(CSRF_COOKIE)
+        fresh = not self.guard.valid_csrf_token(token)
+        if fresh:
+            token = self.guard.new_csrf_token()
+        base = request.scope.get("root_path", "")
+        response: Response = self.templates.TemplateResponse(
+            request, template,
+            {**context, "base": base, "csrf_field": CSRF_FIELD, "csrf_token": token,
+             "can_act": decision.access == "full", "who": decision.who,
+             "read_only": self.guard.read_only},
+            status_code=status,
+        )
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, token or "", httponly=True, samesite="strict",
+                                path=base or "/")
+        return response
+
+    def error(self, request: Request, status: int, message: str) -> Response:
+        if "text/html" not in request.headers.get("accept", ""):
+            return PlainTextResponse(f"{status}: {message}\n", status_code=status)
+        return self.page(request, "error.html", {"status": status, "message": message},
+                         status)
+
+    async def render_overview_panel(self) -> str:
+        overview = await self.store.overview()
+        template = self.templates.get_template("_overview_panel.html")
+        return str(template.render(**self.overview_context(overview)))
+
+    def overview_context(self, overview: Any) -> dict[str, Any]:
+        queues = [
+            {**row,
+             "throughput": charts.throughput(overview.minutes.get(row["queue"], []),
+                                             overview.at),
+             "queue_time": charts.queue_time(overview.minutes.get(row["queue"], []),
+                                             overview.at)}
+            for row in overview.queues
+        ]
+        # Queues with finished work in the last hour but nothing waiting now.
+        for name, minutes in sorted(overview.minutes.items()):
+            if not any(q["queue"] == name for q in queues):
+                queues.append({
+                    "queue": name, "pending": 0, "scheduled": 0, "running": 0, "failed": 0,
+                    "oldest_pending_seconds": None, "expired_leases": 0,
+                    "throughput": charts.throughput(minutes, overview.at),
+                    "queue_time": charts.queue_time(minutes, overview.at),
+                })
+        return {"queues": queues, "workers": overview.workers, "leader": overview.leader,
+                "at": overview.at}
+
+
+    # -- routes ---------------------------------------------------------------
+
+    def guarded(self, handler: Handler, *, acts: bool = False) -> Handler:
+        """handler behind the guard: access decided, actions checked for their CSRF
+        token, and bad input or a slow or absent database answered with a 4xx or 503."""
+
+        async def endpoint(request: Request) -> Response:
+            refusal = await self._refusal(request, acts)
+            if refusal is not None:
+                return refusal
+            try:
+                return await handler(request)
+            except params.BadInput as error:
+                return self.error(request, 400, str(error))
+            except psycopg.errors.QueryCanceled:
+                return self.error(request, 503, "the database took too long to answer "
+                                  "this page: narrow the filter")
+            except (psycopg.OperationalError, OSError) as error:
+                logger.warning("dashboard: database unreachable: %s", error)
+                return self.error(request, 503, "the database cannot be reached just now")
+
+        return endpoint
+
+    async def _refusal(self, request: Request, acts: bool) -> Response | None:
+        decision = await self.guard.decide(request)
+        request.state.decision = decision
+        if decision.access == "forbidden":
+            if decision.challenge:
+                return PlainTextResponse(
+                    "401: log in to see the pgbaton dashboard\n", status_code=401,
+                    headers={"WWW-Authenticate": 'Basic realm="pgbaton"'},
+                )
+            return self.error(request, 403, "you may not see this dashboard")
+        if not acts:
+            return None
+        if decision.access != "full":
+            return self.error(request, 403, "this dashboard is read-only for you: "
+                              "nothing was changed")
+        form = await request.form()
+        submitted = form.get(CSRF_FIELD)
+        if decision.needs_csrf and not self.guard.csrf_ok(
+            request.cookies.get(CSRF_COOKIE), submitted if isinstance(submitted, str) else None
+        ):
+            return self.error(request, 403, "missing or wrong CSRF token: reload the page "
+                              "and try again; nothing was changed")
+        return None
+
+    async def overview(self, request: Request) -> Response:
+        data = self.overview_context(await self.store.overview())
+        if request.query_params.get("partial"):
+            return self.page(request, "_overview_panel.html", data)
+        return self.page(request, "overview.html", data)
+
+    async def live(self, request: Request) -> Response:
+        inbox = self.hub.subscribe()
+
+        async def stream() -> AsyncIterator[str]:
+            try:
+                yield "retry: 3000\n\n"
+                while True:
+                    try:
+                        html = await asyncio.wait_for(inbox.get(), 15)
+                    except TimeoutError:
+                        yield ": still here\n\n"  # keeps proxies from closing the stream
+                        continue
+                    yield sse("overview", html)
+            finally:
+                await self.hub.unsubscribe(inbox)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    async def jobs(self, request: Request) -> Response:
+        query = request.query_params
+        job_filter = params.job_filter(query)
+        limit = params.page_size(query)
+        before = params.cursor(query)
+        rows = await self.store.job_page(job_filter, before, limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        filters = params.filter_query(job_filter)
+        next_query = params.encode({**filters, "limit": query.get("limit"),
+                                    "before": rows[-1]["id"]}) if more else None
+        return self.page(request, "jobs.html", {
+            "rows": rows, "filters": filters, "next_query": next_query,
+            "first_query": params.encode({**filters, "limit": query.get("limit")}),
+            "paged": before is not None, "actions": params.ACTIONS,
+        })
+
+    async def job(self, request: Request) -> Response:
+        job_id = _job_id(request)
+        found = await self.queue.get(job_id)
+        if found is None:
+            return self.error(request, 404, f"there is no job {job_id}")
+        same_key = await self.store.jobs_of_key(found.key, job_id) if found.key else []
+        return self.page(request, "job.html", {
+            "job": found, "fields": dataclasses.asdict(found), "same_key": same_key,
+            "notice": NOTICES.get(request.query_params.get("done", "")),
+        })
+
+    async def act(self, request: Request) -> Response:
+        job_id = _job_id(request)
+        action = params.action(request.path_params["action"])
+        form = await request.form()
+        queue = self.queue
+        if action == "set_priority":
+            value = form.get("priority")
+            changed = await queue.set_priority(
+                job_id, params.priority(value if isinstance(value, str) else None)
+            )
+        else:
+            changed = await getattr(queue, action)(job_id)
+        who = request.state.decision.who
+        logger.info("dashboard: %s %s job %d: %s", who, action, job_id,
+                    "done" if changed else "nothing changed")
+        if not changed:
+            exists = await queue.get(job_id) is not None
+            if not exists:
+                return self.error(request, 404, f"there is no job {job_id}")
+            return self.error(request, 409, f"job {job_id} was not changed: "
+                               f"{REFUSALS[action]}")
+        base = request.scope.get("root_path", "")
+        target = f"{base}/jobs" if action == "delete" else f"{base}/jobs/{job_id}"
+        return RedirectResponse(f"{target}?done={action}", status_code=303)
+
+    async def bulk_preview(self, request: Request) -> Response:
+        query = request.query_params
+        action = params.action(query.get("action", ""))
+        job_filter = params.job_filter(query)
+        count, upto = await self.queue.count_matching(action, job_filter)
+        return self.page(request, "bulk.html", {
+            "action": action, "word": query.get("action"), "count": count, "upto": upto,
+            "filters": params.filter_query(job_filter), "everything": job_filter.is_empty(),
+            "priority": query.get("priority"),
+        })
+
+    async def bulk(self, request: Request) -> Response:
+        form = await request.form()
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        action = params.action(fields.get("action", ""))
+        job_filter = params.job_filter(fields)
+        upto = params.whole_number("upto", fields.get("upto"), minimum=0, maximum=2**63 - 1)
+        changed = await run_bulk(self.queue, action, job_filter, upto, fields.get("priority"))
+        logger.info("dashboard: %s %s on %s up to job %d: %d jobs", request.state.decision.who,
+                    action, params.filter_query(job_filter) or "every job", upto, changed)
+        return self.page(request, "bulk_done.html", {
+            "action": action, "changed": changed, "filters": params.filter_query(job_filter),
+            "query": params.encode(params.filter_query(job_filter)),
+        })
+
+    async def queues(self, request: Request) -> Response:
+        overview = await self.store.overview()
+        return self.page(request, "queues.html", {"queues": overview.queues})
+
+    async def periodic(self, request: Request) -> Response:
+        schedules = []
+        if self.pgbaton_app is not None:
+            now = dt.datetime.now(dt.UTC)
+            entries = self.pgbaton_app.periodics
+            prefixes = [p.idempotency_key(now).rsplit(":", 3)[0] + ":" for p in entries]
+            last = await self.store.periodic_last(prefixes)
+            for entry, prefix in zip(entries, prefixes, strict=True):
+                itr = croniter(entry.cron, now)
+                schedules.append({
+                    "task": entry.task.name, "cron": entry.cron, "args": entry.args,
+                    "next": itr.get_next(dt.datetime),
+                    "previous": croniter(entry.cron, now).get_prev(dt.datetime),
+                    "last": last.get(prefix),
+                })
+        return self.page(request, "periodic.html", {
+            "schedules": schedules, "has_app": self.pgbaton_app is not None,
+        })
+
+    async def health(self, request: Request) -> Response:
+        findings = await run_in_threadpool(_doctor, self.dsn, self.schema)
+        return self.page(request, "health.html",
+                          {"findings": findings, "status": overall(findings)})
+
+    async def healthz(self, request: Request) -> Response:
+        try:
+            await self.store.ping()
+        except (psycopg.Error, OSError) as error:
+            return PlainTextResponse(f"database unreachable: {error}\n", status_code=503)
+        return PlainTextResponse("ok\n")
+
+    async def metrics(self, request: Request) -> Response:
+        body = await run_in_threadpool(generate_latest, self.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _pretty(value: Any) -> str:
+    """JSON as a person reads it; the template's autoescape makes it safe, not this."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _when(value: dt.datetime | None) -> str:
+    return "" if value is None else value.astimezone().isoformat(sep=" ", timespec="seconds")
+
+
+def create_app(
+    dsn: str | None = None,
+    *,
+    schema: str = "pgbaton",
+    app: App | None = None,
+    resolver: Resolver | None = None,
+    read_only: bool = False,
+    token: str | None = None,
+    basic_auth: tuple[str, str] | None = None,
+) -> Starlette:
+    """The dashboard of one pgbaton schema, as an ASGI app to serve or mount.
+
+    Access: resolver(request) -> "full" | "read-only" | "forbidden" when mounted in an
+    app that knows its users; else token / basic_auth (default: from the environment,
+    pgbaton.web.security); else full access for whoever reaches it. app=, a pgbaton.App,
+    lets the periodic page show its schedules.
+    """
+    if app is not None and dsn is None:
+        dsn = app.dsn
+        schema = app.schema
+    if token is None and basic_auth is None:
+        guard = Guard.from_environment(resolver=resolver, read_only=read_only)
+    else:
+        guard = Guard(token=token, basic_auth=basic_auth, resolver=resolver,
+                      read_only=read_only)
+    board = Dashboard(resolve_dsn(dsn), schema, guard, app)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await board.close()
+
+    guarded = board.guarded
+    routes = [
+        Route("/", guarded(board.overview)),
+        Route("/live", guarded(board.live)),
+        Route("/jobs", guarded(board.jobs)),
+        Route("/jobs/bulk", guarded(board.bulk_preview)),
+        Route("/jobs/bulk", guarded(board.bulk, acts=True), methods=["POST"]),
+        Route("/jobs/{job_id}", guarded(board.job)),
+        Route("/jobs/{job_id}/{action}", guarded(board.act, acts=True), methods=["POST"]),
+        Route("/queues", guarded(board.queues)),
+        Route("/periodic", guarded(board.periodic)),
+        Route("/health", guarded(board.health)),
+        Route("/healthz", board.healthz),
+        Route("/metrics", guarded(board.metrics)),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        request.state.decision = Decision("read-only", "anonymous")
+        message = {404: "there is no such page", 405: "this URL does not take that method"}
+        return board.error(request, exc.status_code,
+                           message.get(exc.status_code, exc.detail or "bad request"))
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={HTTPException: http_error})
+
+
+def _job_id(request: Request) -> int:
+    text = request.path_params["job_id"]
+    try:
+        return check_job_id(int(text))
+    except (ValueError, InvalidArgument):
+        raise HTTPException(404) from None
+
+
+async def run_bulk(
+    queue: AsyncQueue, action: str, job_filter: JobFilter, upto: int, priority: str | None
+) -> int:
+    """One bulk action on the jobs of a filter, up to the id counted at the preview."""
+    if action == "set_priority":
+        return await queue.set_priority_matching(job_filter, params.priority(priority),
+                                                 upto=upto)
+    method = getattr(queue, f"{action}_matching")
+    return int(await method(job_filter, upto=upto))
+
+
+def _doctor(dsn: str, schema: str) -> list[Any]:
+    with _database.connect(dsn, autocommit=True,
+                           application_name="pgbaton dashboard health") as conn:
+        return run_checks(Inspection(conn, schema, Thresholds()))
