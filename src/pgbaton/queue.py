@@ -42,6 +42,7 @@ from ._base import (
 )
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, InvalidArgument
+from .integrations.connections import psycopg_connection
 
 Row = dict[str, Any]
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
@@ -155,6 +156,7 @@ class Queue:
     ) -> list[Row]:
         query = self._sql[name]
         if conn is not None:
+            conn = psycopg_connection(conn, psycopg.Connection)
             if not isinstance(conn, psycopg.Connection):
                 raise InvalidArgument(
                     f"conn must be a psycopg.Connection, got {type(conn).__name__}"

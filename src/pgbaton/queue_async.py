@@ -40,6 +40,7 @@ from ._base import (
 )
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, InvalidArgument
+from .integrations.connections import psycopg_connection
 
 Row = dict[str, Any]
 Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
@@ -153,6 +154,7 @@ class AsyncQueue:
     ) -> list[Row]:
         query = self._sql[name]
         if conn is not None:
+            conn = await psycopg_connection(conn, psycopg.AsyncConnection)
             if not isinstance(conn, psycopg.AsyncConnection):
                 raise InvalidArgument(
                     f"conn must be a psycopg.AsyncConnection, got {type(conn).__name__}"
