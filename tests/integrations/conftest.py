@@ -81,6 +81,18 @@ def shop_worker(dsn: str, shop: str, tmp_path: Path) -> Iterator[subprocess.Pope
     stop_worker(process)
 
 
+def sqlalchemy_url(dsn: str, *, driver: str = "psycopg") -> str:
+    """The test server as a SQLAlchemy URL for `driver` (conninfo keywords in the query,
+    so that a Unix socket folder survives)."""
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    query = "&".join(f"{key}={value}" for key, value in params.items() if value is not None)
+    return f"postgresql+{driver}:///?{query}"
+
+
+def on_schema(schema: str) -> dict[str, Any]:
+    return {"connect_args": {"options": f"-c search_path={schema}"}}
+
+
 ROLLED_BACK_QUEUE = "rolled_back"
 
 

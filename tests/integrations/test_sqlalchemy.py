@@ -15,22 +15,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 from sqlalchemy.orm import Session
 
 import pgbaton
-from tests.integrations.conftest import ROLLED_BACK_QUEUE, check_transaction_proof
+from tests.integrations.conftest import (
+    ROLLED_BACK_QUEUE,
+    check_transaction_proof,
+    on_schema,
+    sqlalchemy_url,
+)
 from tests.integrations.shop_tasks import app, send_receipt
 
 INSERT_ORDER = sa.text("INSERT INTO orders (item) VALUES ('book') RETURNING id")
-
-
-def sqlalchemy_url(dsn: str, *, driver: str = "psycopg") -> str:
-    """The test server as a SQLAlchemy URL for `driver` (conninfo keywords in the query,
-    so that a Unix socket folder survives)."""
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    query = "&".join(f"{key}={value}" for key, value in params.items() if value is not None)
-    return f"postgresql+{driver}:///?{query}"
-
-
-def on_schema(schema: str) -> dict[str, Any]:
-    return {"connect_args": {"options": f"-c search_path={schema}"}}
 
 
 @pytest.fixture
