@@ -20,53 +20,21 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from .. import _sql
-from ..errors import InvalidArgument, SchemaTooNew
+from ..errors import InvalidArgument
 from .connections import psycopg_connection
+from .migrations import check_version, migrate_to
 
 
 def upgrade(op: Any, version: int, *, schema: str = "pgbaton") -> list[int]:
     """Bring `schema` to pgbaton schema `version` in the revision's transaction; returns
     the versions applied (none when it was there already)."""
-    newest = _sql.schema_version()
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= newest:
-        raise InvalidArgument(
-            f"pgbaton schema version must be an integer from 1 to {newest} (the newest this "
-            f"pgbaton knows), got {version!r}"
-        )
+    check_version(version)
     if op.get_context().as_sql:
         raise InvalidArgument(
             "pgbaton_alembic.upgrade() runs on a live connection, not in offline mode "
             "(--sql): paste the output of `pgbaton schema --sql --from N` instead"
         )
     conn = psycopg_connection(op.get_bind(), psycopg.Connection)
-    return _apply(conn, _sql.check_schema_name(schema), version)
-
-
-def _apply(conn: psycopg.Connection[Any], schema: str, version: int) -> list[int]:
-    sql = _sql.queries(schema)
-    applied: list[int] = []
-    with conn.cursor(row_factory=dict_row) as cursor:
-        cursor.execute(sql["migration_lock"], {"schema": schema})
-        cursor.execute(sql["schema_create"])
-        cursor.execute(sql["schema_version_create"])
-        cursor.execute(sql["schema_version_get"])
-        row = cursor.fetchone()
-        assert row is not None
-        current = int(row["version"])
-        if current > _sql.schema_version():
-            raise SchemaTooNew(
-                f"schema {schema!r} is at version {current}, newer than the version "
-                f"{_sql.schema_version()} this pgbaton knows: upgrade pgbaton"
-            )
-        for migration in _sql.migrations()[current:version]:
-            # No parameters: several statements in one string go as one simple query.
-            cursor.execute(migration.in_schema(schema))
-            cursor.execute(
-                sql["schema_version_record"],
-                {"version": migration.version, "name": migration.name},
-            )
-            applied.append(migration.version)
-    return applied
+    return migrate_to(conn, _sql.check_schema_name(schema), version)
