@@ -1,9 +1,9 @@
 """The shop's tasks. settings.PGBATON["APP"] names this App, so pgbaton's Django app
 points it at Django's database and `manage.py pgbaton worker` runs it."""
 
+import pgbaton
 from django.db import close_old_connections
 
-import pgbaton
 from shop.models import Order
 
 app = pgbaton.App()

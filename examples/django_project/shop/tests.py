@@ -12,9 +12,9 @@ from pathlib import Path
 import psycopg
 from django.db import connection, transaction
 from django.test import TestCase, TransactionTestCase
-
 from pgbaton.contrib.django import deferral, enqueue, pgbaton_settings
 from pgbaton.contrib.django.settings import database_dsn
+
 from shop.jobs import send_receipt
 from shop.models import Order
 

@@ -6,8 +6,8 @@ from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-
 from pgbaton.contrib.django import deferral
+
 from shop.jobs import send_receipt
 from shop.models import Order
 
