@@ -13,14 +13,30 @@ sync twin of the queue asks for `psycopg.Connection` and gets one without awaiti
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 import psycopg
 
 from ..errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
 AsyncConnection = psycopg.AsyncConnection[Any]
 Connection = psycopg.Connection[Any]
+
+# What conn= accepts, for the annotations of the enqueue methods. Without SQLAlchemy
+# or Django installed (or typed), their names count as Any for a type checker.
+CallerConnection: TypeAlias = (
+    "psycopg.Connection[Any] | Session | SAConnection | BaseDatabaseWrapper"
+)
+AsyncCallerConnection: TypeAlias = (
+    "psycopg.AsyncConnection[Any] | AsyncSession | SAAsyncConnection"
+)
 Driver = TypeVar("Driver", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
 
 _SYNC_ADVICE = "use Queue.enqueue or a task's enqueue/defer"
