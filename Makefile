@@ -20,7 +20,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
-	$(PY) -m ruff check src tests tools benchmarks
+	$(PY) -m ruff check src tests tools benchmarks examples
 	$(PY) -m mypy
 	$(PY) tools/async_to_sync.py --check
 	$(PY) tools/check_imports.py

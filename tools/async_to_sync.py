@@ -29,6 +29,7 @@ RENAMES = {
     "import asyncio": "import threading",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",
+    "AsyncCallerConnection": "CallerConnection",
     "AsyncCursor": "Cursor",
     "AsyncIterator": "Iterator",
     "AsyncQueue": "Queue",

@@ -22,14 +22,13 @@ from typing import (
     overload,
 )
 
-import psycopg
-
 from . import _sql
 from ._checks import check_int4, check_lease, job_params
 from .context import JobContext
 from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument
 from .events import Events, Subscriber
+from .integrations.connections import AsyncCallerConnection, CallerConnection
 from .middleware import Middleware
 from .models import Backoff
 from .queue import Queue
@@ -145,7 +144,7 @@ class Task:
         self,
         args: Mapping[str, Any] | None = None,
         *,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
         **options: Any,
     ) -> int:
         """Queue.enqueue for this task: same options (queue, priority, run_at, delay, key,
@@ -160,7 +159,7 @@ class Task:
         self,
         args: Mapping[str, Any] | None = None,
         *,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
         **options: Any,
     ) -> int:
         """AsyncQueue.enqueue for this task, with the same checks."""
@@ -221,7 +220,7 @@ class Deferrable(Task, Generic[P]):
     def using(
         self,
         *,
-        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+        conn: CallerConnection | AsyncCallerConnection | None = None,
         **options: Any,
     ) -> Deferral[P]:
         """Fix enqueue options (queue, priority, run_at, delay, key, idempotency_key,

@@ -43,6 +43,7 @@ from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
+from .integrations.connections import CallerConnection, psycopg_connection
 from .job_filter import ACTION_STATUSES, JobFilter, check_upto
 from .models import Claim, Enqueued, Job, QueueStats
 
@@ -159,10 +160,11 @@ class Queue:
         self,
         name: str,
         params: Mapping[str, Any] | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
     ) -> list[Row]:
         query = self._sql[name]
         if conn is not None:
+            conn = psycopg_connection(conn, psycopg.Connection)
             if not isinstance(conn, psycopg.Connection):
                 raise InvalidArgument(
                     f"conn must be a psycopg.Connection, got {type(conn).__name__}"
@@ -208,7 +210,7 @@ class Queue:
         key: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int = 5,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
@@ -239,7 +241,7 @@ class Queue:
         delay: float | None = None,
         key: str | None = None,
         max_attempts: int = 5,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
     ) -> Enqueued:
         """Add one job unless a job of the same task already has this idempotency key.
         Returns the job's id and whether this call created it; a job that existed is
@@ -255,7 +257,7 @@ class Queue:
         return self._insert_idempotent(params, conn)
 
     def _insert_idempotent(
-        self, params: Mapping[str, Any], conn: psycopg.Connection[Any] | None
+        self, params: Mapping[str, Any], conn: CallerConnection | None
     ) -> Enqueued:
         rows = self._fetch("job_insert_idempotent", params, conn)
         if rows:
@@ -273,7 +275,7 @@ class Queue:
         raise self._key_taken(task, key, conn)
 
     def _key_taken(
-        self, task: str, key: str, conn: psycopg.Connection[Any] | None
+        self, task: str, key: str, conn: CallerConnection | None
     ) -> IdempotencyKeyTaken:
         rows = self._fetch("job_idempotency_key_holder", {"idempotency_key": key}, conn)
         holder = f"job {rows[0]['id']} of task {rows[0]['task']!r}" if rows else "another job"
@@ -287,7 +289,7 @@ class Queue:
         self,
         jobs: Iterable[Mapping[str, Any]],
         *,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: CallerConnection | None = None,
     ) -> list[int]:
         """Add many jobs in one statement; ids come back in input order. A job whose
         task already has a job with its idempotency key gets that job's id instead. All
@@ -301,7 +303,7 @@ class Queue:
         return ids
 
     def _insert_many(
-        self, params: Mapping[str, Any], conn: psycopg.Connection[Any] | None
+        self, params: Mapping[str, Any], conn: CallerConnection | None
     ) -> list[int]:
         if not params["idempotency_keys"]:
             (row,) = self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
@@ -335,13 +337,14 @@ class Queue:
 
     @contextmanager
     def _transaction(
-        self, conn: psycopg.Connection[Any] | None
+        self, conn: CallerConnection | None
     ) -> Iterator[psycopg.Connection[Any]]:
         """A transaction on the caller's connection (a savepoint inside theirs) or on a
         pooled one."""
         if conn is not None:
-            with conn.transaction():
-                yield conn
+            theirs = psycopg_connection(conn, psycopg.Connection)
+            with theirs.transaction():
+                yield theirs
             return
         with self._connection() as pooled, pooled.transaction():
             yield pooled
@@ -350,7 +353,7 @@ class Queue:
         self,
         tasks: Sequence[str],
         keys: Sequence[str],
-        conn: psycopg.Connection[Any] | None,
+        conn: CallerConnection | None,
     ) -> dict[tuple[str, str], int]:
         rows = self._fetch(
             "job_ids_by_task_idempotency_key", {"tasks": list(tasks), "keys": list(keys)}, conn
@@ -478,7 +481,7 @@ class Queue:
         rows = self._fetch("leader_try_acquire", {"schema": self.schema}, conn)
         return bool(rows[0]["acquired"])
 
-    def ping(self, conn: psycopg.Connection[Any] | None = None) -> None:
+    def ping(self, conn: CallerConnection | None = None) -> None:
         """One round trip on conn (or a pooled connection); raises if it fails."""
         self._fetch("server_ping", None, conn)
 

@@ -41,6 +41,7 @@ from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
+from .integrations.connections import AsyncCallerConnection, psycopg_connection
 from .job_filter import ACTION_STATUSES, JobFilter, check_upto
 from .models import Claim, Enqueued, Job, QueueStats
 
@@ -157,10 +158,11 @@ class AsyncQueue:
         self,
         name: str,
         params: Mapping[str, Any] | None = None,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
     ) -> list[Row]:
         query = self._sql[name]
         if conn is not None:
+            conn = await psycopg_connection(conn, psycopg.AsyncConnection)
             if not isinstance(conn, psycopg.AsyncConnection):
                 raise InvalidArgument(
                     f"conn must be a psycopg.AsyncConnection, got {type(conn).__name__}"
@@ -206,7 +208,7 @@ class AsyncQueue:
         key: str | None = None,
         idempotency_key: str | None = None,
         max_attempts: int = 5,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
@@ -237,7 +239,7 @@ class AsyncQueue:
         delay: float | None = None,
         key: str | None = None,
         max_attempts: int = 5,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
     ) -> Enqueued:
         """Add one job unless a job of the same task already has this idempotency key.
         Returns the job's id and whether this call created it; a job that existed is
@@ -253,7 +255,7 @@ class AsyncQueue:
         return await self._insert_idempotent(params, conn)
 
     async def _insert_idempotent(
-        self, params: Mapping[str, Any], conn: psycopg.AsyncConnection[Any] | None
+        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
     ) -> Enqueued:
         rows = await self._fetch("job_insert_idempotent", params, conn)
         if rows:
@@ -271,7 +273,7 @@ class AsyncQueue:
         raise await self._key_taken(task, key, conn)
 
     async def _key_taken(
-        self, task: str, key: str, conn: psycopg.AsyncConnection[Any] | None
+        self, task: str, key: str, conn: AsyncCallerConnection | None
     ) -> IdempotencyKeyTaken:
         rows = await self._fetch("job_idempotency_key_holder", {"idempotency_key": key}, conn)
         holder = f"job {rows[0]['id']} of task {rows[0]['task']!r}" if rows else "another job"
@@ -285,7 +287,7 @@ class AsyncQueue:
         self,
         jobs: Iterable[Mapping[str, Any]],
         *,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncCallerConnection | None = None,
     ) -> list[int]:
         """Add many jobs in one statement; ids come back in input order. A job whose
         task already has a job with its idempotency key gets that job's id instead. All
@@ -299,7 +301,7 @@ class AsyncQueue:
         return ids
 
     async def _insert_many(
-        self, params: Mapping[str, Any], conn: psycopg.AsyncConnection[Any] | None
+        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
     ) -> list[int]:
         if not params["idempotency_keys"]:
             (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
@@ -333,13 +335,14 @@ class AsyncQueue:
 
     @asynccontextmanager
     async def _transaction(
-        self, conn: psycopg.AsyncConnection[Any] | None
+        self, conn: AsyncCallerConnection | None
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A transaction on the caller's connection (a savepoint inside theirs) or on a
         pooled one."""
         if conn is not None:
-            async with conn.transaction():
-                yield conn
+            theirs = await psycopg_connection(conn, psycopg.AsyncConnection)
+            async with theirs.transaction():
+                yield theirs
             return
         async with self._connection() as pooled, pooled.transaction():
             yield pooled
@@ -348,7 +351,7 @@ class AsyncQueue:
         self,
         tasks: Sequence[str],
         keys: Sequence[str],
-        conn: psycopg.AsyncConnection[Any] | None,
+        conn: AsyncCallerConnection | None,
     ) -> dict[tuple[str, str], int]:
         rows = await self._fetch(
             "job_ids_by_task_idempotency_key", {"tasks": list(tasks), "keys": list(keys)}, conn
@@ -476,7 +479,7 @@ class AsyncQueue:
         rows = await self._fetch("leader_try_acquire", {"schema": self.schema}, conn)
         return bool(rows[0]["acquired"])
 
-    async def ping(self, conn: psycopg.AsyncConnection[Any] | None = None) -> None:
+    async def ping(self, conn: AsyncCallerConnection | None = None) -> None:
         """One round trip on conn (or a pooled connection); raises if it fails."""
         await self._fetch("server_ping", None, conn)
 

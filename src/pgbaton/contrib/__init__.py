@@ -1,0 +1,1 @@
+"""pgbaton inside other frameworks' projects (django: an app for INSTALLED_APPS)."""

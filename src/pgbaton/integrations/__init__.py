@@ -1,0 +1,1 @@
+"""pgbaton beside other libraries: their connections, and their migration tools."""
