@@ -103,9 +103,15 @@ def schema_version() -> int:
     return migrations()[-1].version
 
 
+TEMPORARY_SCHEMA = "pg_temp"  # the session's own: where doctor builds its reference copy
+
+
 def tables_sql(schema: str) -> str:
     """schema.sql bound to one schema: the tables, indexes and functions, without the
-    schema itself or its version rows."""
+    schema itself or its version rows. The session's temporary schema (pg_temp) is the
+    one reserved name allowed here: doctor builds a throw-away copy there."""
+    if schema == TEMPORARY_SCHEMA:
+        return _read("schema.sql").replace(SCHEMA_PLACEHOLDER, TEMPORARY_SCHEMA)
     return _in_schema(_read("schema.sql"), schema)
 
 

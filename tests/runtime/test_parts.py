@@ -171,7 +171,7 @@ async def test_producer_claims_only_free_slots(aqueue):
         held.executing += len(claims)  # they run for ever: no slot frees
         stopping.set()
 
-    producer = Producer(aqueue, held, worker_id="parts-test", lease=30, queues=None,
+    producer = Producer(aqueue, held, worker_id="parts-test", lease=30, queues=None, tasks=None,
                         poll_interval=0.1, start=start, stopping=stopping)
     await asyncio.wait_for(producer.run(), 10)
     assert len(started) == 3

@@ -24,7 +24,7 @@ STATEMENT_TIMEOUT = "10s"
 LOCK_TIMEOUT = "3s"
 # The expected schema is built here, in a transaction that is rolled back: temporary
 # objects need only the TEMP privilege, and nothing of them outlives the check.
-REFERENCE_SCHEMA = "pg_temp"
+REFERENCE_SCHEMA = _sql.TEMPORARY_SCHEMA
 
 
 @dataclass(frozen=True)

@@ -332,6 +332,7 @@ SELECT 1 AS alive;
 -- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
 LISTEN __channel__;
 
+-- name: job_delete
 -- ==================================================================================
 -- Operator actions: the dashboard's and the command line's (pgbaton.web), one job or
 -- every job of a filter. Each guards, in SQL, the states it may leave, so a job that
@@ -342,8 +343,6 @@ LISTEN __channel__;
 -- `upto`, the newest id counted when the operator confirmed: jobs that arrive after
 -- the count are never swept in. job_retry and job_cancel above serve one job.
 -- ==================================================================================
-
--- name: job_delete
 -- Not a job whose old handler may still run (a cancelled or retried job's hold): its key
 -- stays held until that handler lets go or its lease ends.
 DELETE FROM __schema__.jobs
