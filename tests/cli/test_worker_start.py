@@ -39,7 +39,7 @@ def _connected(db: Any, worker: subprocess.Popen[bytes]) -> str | None:
     (so the worker runs and its signal handlers are in place)."""
     row = db.execute(
         "SELECT application_name FROM pg_stat_activity"
-        " WHERE application_name LIKE %s AND query LIKE 'LISTEN %%'",
+        " WHERE application_name LIKE %s AND query LIKE '%%LISTEN \"%%'",
         (f"pgbaton worker %:{worker.pid}:%",),
     ).fetchone()
     return None if row is None else str(row["application_name"])
