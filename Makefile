@@ -33,6 +33,10 @@ generate: $(VENV)/.installed
 model: $(VENV)/.installed
 	$(PY) -m tests.fleet.spin_model
 
+# The long failover runs (and, where allowed, the fleet); prints the tables of numbers.
+chaos: $(VENV)/.installed
+	PGBATON_CHAOS=1 $(PY) -m pytest tests/fleet -k chaos -s $(PYTEST_ARGS)
+
 bench:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
 	.venv-bench/bin/python -m benchmarks.run $(BENCH_ARGS)
