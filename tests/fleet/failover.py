@@ -63,7 +63,8 @@ class FailoverReport:
     worker_pids_before: set[int]
     worker_pids_after: set[int]
     supervisor_restarts: int
-    leader_on_new_primary: bool
+    leader_before: str
+    leader_after: str
 
     def table(self) -> str:
         rows = [
@@ -80,7 +81,8 @@ class FailoverReport:
             ("worker processes before / after", f"{len(self.worker_pids_before)} / "
              f"{len(self.worker_pids_after)}"),
             ("worker processes restarted", self.supervisor_restarts),
-            ("maintenance leader on the new primary", self.leader_on_new_primary),
+            ("maintenance leader before (old primary)", self.leader_before),
+            ("maintenance leader after (new primary)", self.leader_after),
         ]
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
@@ -99,6 +101,15 @@ def _acknowledged(ack_path: Path) -> dict[int, int]:
         return {}
     pairs = (line.split() for line in ack_path.read_text().splitlines() if line.strip())
     return {int(number): int(job_id) for number, job_id in pairs}
+
+
+def _leaders(dsn: str) -> list[str]:
+    """The sessions that hold the leader's advisory lock, by application_name."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
+        return [str(row[0]) for row in conn.execute(
+            "SELECT a.application_name FROM pg_locks AS l JOIN pg_stat_activity AS a"
+            " USING (pid) WHERE l.locktype = 'advisory' AND l.granted"
+            " AND a.application_name LIKE 'pgbaton worker%'")]
 
 
 def _count(dsn: str, query: str, *params: Any) -> int:
@@ -135,6 +146,7 @@ def run_failover(
             before = {int(row[0]) for row in conn.execute(pids_sql)}
             killed_at_row = conn.execute("SELECT clock_timestamp()").fetchone()
         assert killed_at_row is not None
+        leaders_before = _leaders(pair.primary.dsn)
         killed_at = time.monotonic()
         failover_seconds = pair.fail_over()
         assert producer.wait(300) == 0, (tmp_path / "producer.log").read_text()
@@ -144,11 +156,8 @@ def run_failover(
                     f" WHERE status <> 'done' AND task = '{TASK}'")
         wait_until(lambda: _count(new, all_done) == 0, 300, "every job done on the new primary")
         recovery_seconds = time.monotonic() - killed_at
-        leader_sql = (
-            "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)"
-            " WHERE l.locktype = 'advisory' AND l.granted"
-            " AND a.application_name LIKE 'pgbaton worker%%'")
-        wait_until(lambda: _count(new, leader_sql) == 1, 60, "a leader on the new primary")
+        wait_until(lambda: len(_leaders(new)) == 1, 60, "a leader on the new primary")
+        leader_after = _leaders(new)[0]
         with psycopg.connect(new, autocommit=True, row_factory=dict_row) as conn:
             present = {int(row["id"]) for row in conn.execute(
                 f'SELECT id FROM "{schema}".jobs WHERE task = %s', (TASK,))}
@@ -180,7 +189,8 @@ def run_failover(
             worker_pids_before=before,
             worker_pids_after=after,
             supervisor_restarts=log.count("restarted worker process"),
-            leader_on_new_primary=True,
+            leader_before=", ".join(leaders_before) or "none",
+            leader_after=leader_after,
         )
     finally:
         if producer.poll() is None:

@@ -66,6 +66,7 @@ class Server:
     port: int
     settings: dict[str, str]
     user: str | None
+    netns: str | None = None  # the network namespace it runs in (tests/fleet/netns.py)
 
     @property
     def dsn(self) -> str:
@@ -78,8 +79,15 @@ class Server:
     def _run(self, tool: str, *args: str, timeout: float = 120) -> None:
         bin_folder = binaries()
         assert bin_folder is not None
-        done = subprocess.run([str(bin_folder / tool), *args], user=self.user,
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        command = [str(bin_folder / tool), *args]
+        user = self.user
+        if self.netns is not None:
+            # `ip netns exec` needs root; the server's own user is taken after it.
+            command = ["ip", "netns", "exec", self.netns,
+                       *(["runuser", "-u", user, "--"] if user else []), *command]
+            user = None
+        done = subprocess.run(command, user=user, capture_output=True, text=True,
+                              timeout=timeout, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{tool} {' '.join(args)} failed:\n{done.stdout}{done.stderr}"
                                + (self.log_path.read_text() if self.log_path.exists() else ""))
@@ -117,6 +125,17 @@ class Server:
             except RuntimeError:
                 self.kill()
 
+    @property
+    def socket_dsn(self) -> str:
+        """Through the server's Unix socket: reachable from every network namespace."""
+        folder = self.settings["unix_socket_directories"]
+        return f"host={folder} port={self.port} user=postgres dbname=postgres"
+
+    def restart(self) -> None:
+        """Crash (immediate stop, no checkpoint) and start again."""
+        self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+        self.start()
+
     def promote(self) -> None:
         self._run("pg_ctl", "-D", str(self.data_dir), "-w", "-t", "60", "promote")
 
@@ -152,10 +171,7 @@ class ReplicatedPair:
             server.stop()
 
 
-def build_pair(folder: Path, *, synchronous: bool) -> ReplicatedPair:
-    """initdb a primary, pg_basebackup a standby from it, start both, and wait until the
-    standby streams (and, when synchronous, is the primary's synchronous standby)."""
-    user = _system_user()
+def _own_folder(folder: Path, user: str | None) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if user is not None:
         import pwd
@@ -165,6 +181,32 @@ def build_pair(folder: Path, *, synchronous: bool) -> ReplicatedPair:
         ensure_prefix_permissions(folder)
         entry = pwd.getpwnam(user)
         os.chown(folder, entry.pw_uid, entry.pw_gid)
+
+
+def build_in_namespace(folder: Path, netns: str) -> Server:
+    """initdb and start one server in a network namespace, listening on every address
+    there and on a Unix socket in folder/socket."""
+    user = _system_user()
+    _own_folder(folder, user)
+    sockets = folder / "socket"
+    _own_folder(sockets, user)
+    settings = {"listen_addresses": "'*'", "unix_socket_directories": str(sockets),
+                "fsync": "off", "max_connections": "200"}
+    server = Server("database", folder / "data", 5432, settings, user, netns)
+    server._run("initdb", "-D", str(server.data_dir), "--auth=trust", "-U", "postgres",
+                "--encoding=utf8", "--no-sync")
+    # initdb trusts only the loopback; the hosts reach the server over their links.
+    with (server.data_dir / "pg_hba.conf").open("a") as hba:
+        hba.write("host all all 10.77.0.0/16 trust\n")
+    server.start()
+    return server
+
+
+def build_pair(folder: Path, *, synchronous: bool) -> ReplicatedPair:
+    """initdb a primary, pg_basebackup a standby from it, start both, and wait until the
+    standby streams (and, when synchronous, is the primary's synchronous standby)."""
+    user = _system_user()
+    _own_folder(folder, user)
     common = {
         "listen_addresses": "127.0.0.1",
         "unix_socket_directories": "''",
