@@ -119,7 +119,7 @@ class Server:
         psutil.wait_procs(victims, timeout=30)
 
     def stop(self) -> None:
-        if self.postmaster_pid() is not None and (self.data_dir / "postmaster.pid").exists():
+        if self.postmaster_pid() is not None:
             try:
                 self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
             except RuntimeError:
