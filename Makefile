@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint generate clean bench docs
+.PHONY: demo test lint generate clean bench docs model chaos
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ lint: $(VENV)/.installed
 
 generate: $(VENV)/.installed
 	$(PY) tools/async_to_sync.py
+
+# The spin model of the claim protocol (docs/model/claim.pml); needs spin and a C compiler.
+model: $(VENV)/.installed
+	$(PY) -m tests.fleet.spin_model
+
+# The long failover runs (and, where allowed, the fleet); prints the tables of numbers.
+chaos: $(VENV)/.installed
+	PGBATON_CHAOS=1 $(PY) -m pytest tests/fleet -k chaos -s $(PYTEST_ARGS)
 
 bench:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
