@@ -75,7 +75,7 @@ def test_migrate_upgrades_a_schema_from_an_older_pgbaton(
     assert schema_versions(db) == [1]
     run = manage(dsn, "migrate", "--noinput", schema=project_schema)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert schema_versions(db) == [1, 2]
+    assert schema_versions(db) == list(range(1, _sql.schema_version() + 1))
 
 
 def test_every_schema_version_has_its_django_migration() -> None:
