@@ -7,6 +7,8 @@ both ends it looks like a network that went silent, not one that refused or rese
 from __future__ import annotations
 
 import contextlib
+import glob
+import os
 import selectors
 import socket
 import threading
@@ -14,7 +16,16 @@ import threading
 
 class PausableProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
+        # A host that is a directory is PostgreSQL's Unix socket directory (the embedded
+        # server listens only there): the proxy then forwards to its socket file.
         self.target = (target_host, target_port)
+        self.unix_socket: str | None = None
+        if target_host.startswith("/"):
+            found = sorted(glob.glob(os.path.join(target_host, ".s.PGSQL.*")))
+            found = [f for f in found if not f.endswith(".lock")]
+            if not found:
+                raise OSError(f"no PostgreSQL socket in {target_host}")
+            self.unix_socket = found[0]
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.listener.getsockname()[1]
         self.running = threading.Event()  # set: forwarding
@@ -48,7 +59,11 @@ class PausableProxy:
             # A new connection while paused waits too, as it would on a silent network.
             self.running.wait()
             try:
-                server = socket.create_connection(self.target)
+                if self.unix_socket is not None:
+                    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    server.connect(self.unix_socket)
+                else:
+                    server = socket.create_connection(self.target)
             except OSError:
                 client.close()
                 continue
