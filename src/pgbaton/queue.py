@@ -4,6 +4,10 @@
 
 Every method is one statement from sql/queries.sql. Claims run on autocommit
 connections, so each claim is its own short transaction: claim, commit, then work.
+
+Over 400 lines on purpose: the Queue is the data plane's whole API, one short method per
+named statement, and queue.py is generated from it; checks and encoding live in
+_checks.py and _encoding.py.
 """
 
 from __future__ import annotations
