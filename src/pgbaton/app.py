@@ -9,9 +9,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import importlib
 import inspect
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import (
@@ -508,3 +511,22 @@ class App:
         if config is not None and options:
             raise InvalidArgument("give a WorkerConfig or its fields as keywords, not both")
         return _worker_runner(self, config, app_spec, options)
+
+
+def load_app(spec: str) -> App:
+    """MODULE:ATTRIBUTE to the App it names, importing MODULE with the current directory
+    on sys.path; ConfigurationError says what was wrong. The command line, the worker
+    processes, the dashboard and the pytest plugin all load an App through this."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myproject.jobs:app)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigurationError(f"cannot import {module_name!r}: {error}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise ConfigurationError(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
+    return app

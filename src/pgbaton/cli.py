@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from . import _sql, logs
+from . import app as app_module
 from ._cli_common import (
     _print_json,
     _queue,
@@ -124,19 +125,11 @@ def schema_command(as_sql: bool, from_version: int | None, schema: str) -> None:
 
 
 def load_app(spec: str) -> App:
-    """MODULE:ATTRIBUTE to the App it names, with errors that say what was wrong."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myproject.jobs:app)")
-    sys.path.insert(0, os.getcwd())
+    """MODULE:ATTRIBUTE to the App it names; a usage error says what was wrong."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise click.BadParameter(f"cannot import {module_name!r}: {error}") from None
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise click.BadParameter(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
-    return app
+        return app_module.load_app(spec)
+    except ConfigurationError as error:
+        raise click.BadParameter(str(error)) from None
 
 
 @main.command()

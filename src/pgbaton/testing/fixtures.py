@@ -9,7 +9,6 @@ touch the database's own pgbaton schema, and dropped at its end.
 
 from __future__ import annotations
 
-import importlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import psycopg
 import pytest
 
 from .. import _sql, embedded
+from .. import app as app_module
 from ..app import App
 from ..errors import ConfigurationError
 from ..queue import Queue
@@ -96,17 +96,10 @@ def pgbaton_app(_pgbaton_session_app: App, pgbaton_dsn: str, pgbaton_schema: str
 
 def load_app(spec: str) -> App:
     """The App named by MODULE:ATTRIBUTE."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise pytest.UsageError(f"pgbaton_app = {spec!r}: write it as MODULE:ATTRIBUTE")
     try:
-        found = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
+        return app_module.load_app(spec)
+    except ConfigurationError as error:
         raise pytest.UsageError(f"pgbaton_app = {spec!r} cannot be loaded: {error}") from None
-    if not isinstance(found, App):
-        raise pytest.UsageError(f"pgbaton_app = {spec!r} is a {type(found).__name__}, "
-                                "not a pgbaton.App")
-    return found
 
 
 def _run(dsn: str, schema: str, query: str) -> None:

@@ -5,8 +5,6 @@ the jobs first and act only on those counted."""
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,20 +27,12 @@ def _need_web_extra() -> None:
 
 
 def _load_app(spec: str) -> Any:
-    from ..app import App
+    from ..app import load_app
 
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise click.BadParameter(f"{spec!r} is not MODULE:ATTRIBUTE", param_hint="--app")
-    sys.path.insert(0, os.getcwd())
     try:
-        found = getattr(importlib.import_module(module_name), attribute, None)
-    except ImportError as error:
-        raise click.BadParameter(f"cannot import {module_name!r}: {error}",
-                                 param_hint="--app") from None
-    if not isinstance(found, App):
-        raise click.BadParameter(f"{spec!r} is not a pgbaton.App", param_hint="--app")
-    return found
+        return load_app(spec)
+    except ConfigurationError as error:
+        raise click.BadParameter(str(error), param_hint="--app") from None
 
 
 @click.command()

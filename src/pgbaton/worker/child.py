@@ -4,7 +4,6 @@ end of standard input closes (the supervisor died)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -13,24 +12,10 @@ import threading
 from typing import Any
 
 from .. import logs
-from ..app import App
+from ..app import load_app
 from ..dsn import with_application_name
 from .config import WorkerConfig, default_worker_id
 from .run import run_worker
-
-
-def load_app(spec: str) -> App:
-    """MODULE:ATTRIBUTE to the App it names."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myproject.jobs:app)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
-    app = getattr(module, attribute, None)
-    if not isinstance(app, App):
-        raise ValueError(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
-    return app
 
 
 def _child_main() -> int:
