@@ -1,8 +1,8 @@
 """Rolling deploys: the previous release runs against this release's schema, and this
 release refuses the previous schema (docs/guarantees.md, "Rolling deploys").
 
-The previous release's statements are kept verbatim in previous_release/queries_v2.sql
-(schema version 2); a test here runs them on connections of their own, as that
+The previous release's statements are kept verbatim in previous_release/queries_v3.sql
+(schema version 3); a test here runs them on connections of their own, as that
 release's producers and workers would, opened before and after `pgbaton migrate`.
 """
 
@@ -22,8 +22,8 @@ import pgbaton
 from pgbaton import _sql
 from tests.helpers import job_rows, wait_for_lease_to_pass
 
-PREVIOUS_VERSION = 2
-PREVIOUS_QUERIES = Path(__file__).parent / "previous_release" / "queries_v2.sql"
+PREVIOUS_VERSION = 3
+PREVIOUS_QUERIES = Path(__file__).parent / "previous_release" / "queries_v3.sql"
 
 
 class PreviousRelease:
@@ -54,7 +54,8 @@ class PreviousRelease:
 
     def claim(self, worker_id: str, limit: int = 10, lease: float = 60.0) -> list[dict]:
         return self.run(
-            "job_claim_many", worker_id=worker_id, limit=limit, lease=lease, queues=None
+            "job_claim_many", worker_id=worker_id, limit=limit, lease=lease, queues=None,
+            tasks=None,
         )
 
     def held(self, *claims: dict[str, Any], **extra: list[Any]) -> dict[str, Any]:
