@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "failed", "cancelled")
+# waiting: for the jobs it depends on (docs/dependencies.md); never claimed.
+STATUSES = ("pending", "running", "done", "failed", "cancelled", "waiting")
 
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 3600.0
@@ -108,6 +109,8 @@ class Job:
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    batch_id: int | None = None  # the batch it belongs to (docs/dependencies.md)
+    waiting_for: int | None = None  # how many parents have not finished; None: no parents
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -126,6 +129,7 @@ class QueueStats:
     cancelled: int
     expired_leases: int
     oldest_pending_seconds: float | None
+    waiting: int = 0  # for the jobs they depend on (docs/dependencies.md)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueStats:

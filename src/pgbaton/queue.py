@@ -23,7 +23,7 @@ import psycopg_pool
 from psycopg.rows import DictRow, dict_row
 
 from . import _database as database
-from . import _sql
+from . import _sql, dependencies
 from ._checks import (
     as_claim_list,
     check_filter,
@@ -44,6 +44,7 @@ from ._checks import (
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
+from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
@@ -215,10 +216,28 @@ class Queue:
         idempotency_key: str | None = None,
         max_attempts: int = 5,
         conn: CallerConnection | None = None,
+        after: Iterable[int] | None = None,
+        after_failure: str = "cancel",
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
-        that job's id (enqueue_once() also says whether the job is new)."""
+        that job's id (enqueue_once() also says whether the job is new). With after=,
+        the job waits until those jobs are done; if one fails or is cancelled, it is
+        cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md)."""
+        dependencies.check_after_failure("", after_failure)
+        if dependencies.check_after("", after, labels=False):
+            if idempotency_key is not None:
+                raise InvalidArgument(
+                    "idempotency_key cannot be combined with after= (an existing job "
+                    "cannot be made to wait); nothing was written"
+                )
+            job = {
+                "task": task, "args": args, "queue": queue, "priority": priority,
+                "run_at": run_at, "delay": delay, "key": key,
+                "idempotency_key": idempotency_key, "max_attempts": max_attempts,
+                "after": after, "after_failure": after_failure,
+            }
+            return (self._enqueue_graph([job], None, conn))[0]
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
@@ -294,10 +313,21 @@ class Queue:
         jobs: Iterable[Mapping[str, Any]],
         *,
         conn: CallerConnection | None = None,
+        batch: Batch | None = None,
     ) -> list[int]:
         """Add many jobs in one statement; ids come back in input order. A job whose
         task already has a job with its idempotency key gets that job's id instead. All
-        or nothing: a key taken by another task's job raises and writes none of them."""
+        or nothing: a key taken by another task's job raises and writes none of them.
+        A job may carry `after` (job ids, or labels of jobs of this call), `label` and
+        `after_failure`; with batch=, the jobs form a batch whose callbacks are enqueued
+        once, when the last of them ends (docs/dependencies.md)."""
+        dependencies.check_batch(batch)
+        jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
+        if batch is not None or dependencies.needs_plan(jobs):
+            ids = self._enqueue_graph(jobs, batch, conn)
+            if ids and self.events.active:
+                self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+            return ids
         params = many_job_params(jobs)
         if not params["count"]:
             return []
@@ -338,6 +368,38 @@ class Queue:
                     ids, row["tasks"], row["idempotency_keys"], strict=True
                 )
             ]
+
+    def _enqueue_graph(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        batch: Batch | None,
+        conn: CallerConnection | None,
+    ) -> list[int]:
+        """Jobs with parents or in a batch, in one transaction: lock and read the
+        parents, write the batch, the jobs and their edges, then apply the end of
+        parents that had already failed or been cancelled."""
+        plan = dependencies.plan(jobs)
+        params = many_job_params(plan.jobs)
+        batch_params = None if batch is None else batch.params(params["count"])
+        if not params["count"]:
+            return []
+        with self._transaction(conn) as held:
+            statuses: dict[int, tuple[str, str]] = {}
+            if plan.external:
+                rows = self._fetch("job_parents_lock", {"ids": plan.external}, held)
+                statuses = {row["id"]: (row["task"], row["status"]) for row in rows}
+            graph = plan.statement_params(statuses, self.schema)
+            batch_id = None
+            if batch_params is not None:
+                batch_id = (self._fetch("batch_insert", batch_params, held))[0]["id"]
+            insert = {"jobs": params["jobs"], "batch_id": batch_id, **graph}
+            (row,) = self._fetch("job_insert_graph", insert, held)
+            ids = cast(list[int], row["ids"])
+            ended = plan.ended_parents(statuses)
+            if ended:
+                replay = {"parents": ended, "children": ids, "channel": self.channel}
+                self._fetch("job_parents_replay", replay, held)
+            return ids
 
     @contextmanager
     def _transaction(
@@ -505,6 +567,17 @@ class Queue:
         """Send a failed or cancelled job back to pending with a fresh set of attempts;
         a cancelled job whose holder's lease has not run out waits for it first."""
         return bool(self._fetch("job_retry", {"id": check_job_id(job_id)}))
+
+    def dependencies(self, job_id: int) -> list[Dependency]:
+        """The jobs this job waits for (relation "parent") and those that wait for it
+        ("child"), each with its status."""
+        rows = self._fetch("job_dependencies_get", {"id": check_job_id(job_id)})
+        return [Dependency(**row) for row in rows]
+
+    def batch(self, batch_id: int) -> BatchInfo | None:
+        """A batch's counts (Job.batch_id names a job's batch); None if there is none."""
+        rows = self._fetch("batch_get", {"id": check_job_id(batch_id)})
+        return BatchInfo.from_row(rows[0]) if rows else None
 
     def get(self, job_id: int) -> Job | None:
         rows = self._fetch("job_get", {"id": check_job_id(job_id)})

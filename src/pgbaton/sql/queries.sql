@@ -257,10 +257,11 @@ RETURNING j.id, j.status;
 -- A running job keeps its claim token and lease: its handler may still be running, so
 -- its key stays held until the holder releases it or the lease runs out. The holder's
 -- heartbeat and completion no longer match (status is not 'running'): it learns at its
--- next heartbeat that it lost the job.
+-- next heartbeat that it lost the job. A waiting job (docs/dependencies.md) may be
+-- cancelled too; the jobs that wait for it are then cancelled by jobs_ended.
 UPDATE __schema__.jobs
 SET status = 'cancelled', finished_at = now()
-WHERE id = %(id)s AND status IN ('pending', 'running')
+WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id;
 
 -- name: job_retry
@@ -278,14 +279,14 @@ RETURNING id;
 -- name: job_get
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at
+       started_at, finished_at, batch_id, waiting_for
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
 -- name: job_list
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at
+       started_at, finished_at, batch_id, waiting_for
 FROM __schema__.jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -302,7 +303,8 @@ SELECT queue,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired_leases,
        extract(epoch FROM now() - min(run_at) FILTER (
-           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds
+           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds,
+       count(*) FILTER (WHERE status = 'waiting')   AS waiting
 FROM __schema__.jobs
 GROUP BY queue
 ORDER BY queue;
@@ -346,7 +348,7 @@ LISTEN __channel__;
 -- Not a job whose old handler may still run (a cancelled or retried job's hold): its key
 -- stays held until that handler lets go or its lease ends.
 DELETE FROM __schema__.jobs
-WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled')
+WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
   AND (claim_token IS NULL OR lease_until <= now())
 RETURNING id;
 
@@ -410,7 +412,7 @@ SELECT (SELECT count(*) FROM retried) AS changed, (SELECT count(*) FROM woken) A
 -- As job_cancel: a running job keeps its token and lease as a hold on its key.
 UPDATE __schema__.jobs AS j
 SET status = 'cancelled', finished_at = now()
-WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running')
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running', 'waiting')
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(task)s::text IS NULL OR j.task = %(task)s)
@@ -424,7 +426,7 @@ RETURNING j.id;
 
 -- name: job_delete_matching
 DELETE FROM __schema__.jobs AS j
-WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled')
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
   AND (j.claim_token IS NULL OR j.lease_until <= now())
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)

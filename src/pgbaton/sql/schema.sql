@@ -154,7 +154,7 @@ CREATE TABLE __schema__.batches (
 -- The UPDATE row-locks each child, so two parents ending at once serialise and exactly
 -- one takes waiting_for to 0. A child cancelled here fires jobs_ended in turn.
 CREATE FUNCTION __schema__.jobs_release_children(
-    parent_id bigint, parent_task text, outcome text, only_children bigint[], channel text
+    ended_id bigint, ended_task text, outcome text, only_children bigint[], channel text
 ) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -173,13 +173,13 @@ BEGIN
                           THEN c.errors || jsonb_build_array(jsonb_build_object(
                               'type', 'DependencyFailed',
                               'message', format('job %s (task %s) that this job waits for %s',
-                                                parent_id, parent_task,
+                                                ended_id, ended_task,
                                                 CASE outcome WHEN 'deleted' THEN 'was deleted'
                                                              ELSE 'ended ' || outcome END),
-                              'parent_id', parent_id, 'at', now()))
+                              'parent_id', ended_id, 'at', now()))
                           ELSE c.errors END
         FROM __schema__.job_dependencies AS d
-        WHERE d.parent_id = jobs_release_children.parent_id AND c.id = d.child_id
+        WHERE d.parent_id = ended_id AND c.id = d.child_id
           AND c.status = 'waiting'
           AND (only_children IS NULL OR c.id = ANY(only_children))
         RETURNING c.queue, c.status, c.run_at
