@@ -409,6 +409,13 @@ class Queue:
         pooled one."""
         if conn is not None:
             theirs = psycopg_connection(conn, psycopg.Connection)
+            if not theirs.autocommit and (
+                theirs.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                # psycopg's transaction() on an idle connection would BEGIN and COMMIT
+                # on its own; one statement first opens the caller's transaction, and the
+                # block below becomes a savepoint in it, committed by the caller.
+                self._fetch("server_ping", None, theirs)
             with theirs.transaction():
                 yield theirs
             return

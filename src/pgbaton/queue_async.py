@@ -407,6 +407,13 @@ class AsyncQueue:
         pooled one."""
         if conn is not None:
             theirs = await psycopg_connection(conn, psycopg.AsyncConnection)
+            if not theirs.autocommit and (
+                theirs.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                # psycopg's transaction() on an idle connection would BEGIN and COMMIT
+                # on its own; one statement first opens the caller's transaction, and the
+                # block below becomes a savepoint in it, committed by the caller.
+                await self._fetch("server_ping", None, theirs)
             async with theirs.transaction():
                 yield theirs
             return
