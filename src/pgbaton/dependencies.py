@@ -46,7 +46,9 @@ class Callback:
                 "which the batch fills in"
             )
         fields = ("task", "args", "queue", "priority", "max_attempts")
-        return to_json({name: params[name] for name in fields}, f"{which} callback")
+        return to_json(
+            {name: params[name] for name in fields}, f"args of the {which} callback {self.task!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
