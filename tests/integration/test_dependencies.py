@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import pgbaton
+from pgbaton import _sql
 from tests.helpers import wait_for_lease_to_pass
 
 
@@ -373,3 +374,41 @@ async def test_the_async_queue_and_the_app_take_after(aqueue, dsn, schema):
     assert [app.queue.get(i).status for i in (child, first, second)] == ["pending"] * 3  # type: ignore[union-attr]
     app.queue.close()
     await app.async_queue.close()
+
+
+def _claim_buffers(db: psycopg.Connection[Any], schema: str) -> int:
+    """Pages the claim statement touches (EXPLAIN ANALYZE, rolled back)."""
+    query = _sql.queries(schema)["job_claim_many"]
+    params = {"worker_id": "explainer", "limit": 10, "lease": 30.0, "queues": None,
+              "tasks": None}
+    pages = []
+    for _ in range(2):  # the second run, when the first has set what it sets once
+        with db.transaction(force_rollback=True):
+            [row] = db.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query,  # type: ignore[operator]
+                params, prepare=False,
+            ).fetchall()
+        plan = row["QUERY PLAN"][0]["Plan"]
+        pages.append(int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]))
+    return pages[-1]
+
+
+def test_a_hundred_thousand_waiting_jobs_cost_the_claim_nothing(queue, db, schema):
+    """Waiting jobs are outside jobs_claimable: the claim reads no more pages with
+    100,000 of them than with nothing claimable (the issue allows 2x). The same number
+    of pending jobs not yet due would cost it hundreds of pages."""
+    parent = queue.enqueue("parent", delay=3600)  # not due: nothing is claimable
+    empty = _claim_buffers(db, schema)
+    db.execute(
+        "INSERT INTO jobs (task, status, waiting_for)"
+        " SELECT 'child', 'waiting', 1 FROM generate_series(1, 100000)"
+    )
+    db.execute(
+        "INSERT INTO job_dependencies (parent_id, child_id)"
+        " SELECT %s, id FROM jobs WHERE status = 'waiting'", (parent,)
+    )
+    db.execute("ANALYZE jobs")
+    blocked = _claim_buffers(db, schema)
+    assert blocked <= 2 * empty, (empty, blocked)
+    print(f"claim pages: {empty} with nothing claimable, {blocked} with 100,000 waiting")
+    assert queue.claim("w", limit=10) == []
