@@ -80,6 +80,29 @@ def test_a_failed_parent_cancels_its_children_and_theirs(queue):
     assert claimable_tasks(queue) == ["hardy"]
 
 
+def test_a_long_chain_is_cancelled_whole_by_its_heads_failure(queue, db):
+    """2,000 jobs in a chain, some running after a failure: the head's failure cancels
+    the rest in one go (not one trigger level per job, which would exhaust PostgreSQL's
+    stack), and a job that runs after a failure is released with its own chain kept."""
+    jobs: list[dict[str, Any]] = [{"task": "head", "label": "j0", "max_attempts": 1}]
+    jobs += [{"task": "link", "label": f"j{n}", "after": [f"j{n - 1}"]} for n in range(1, 2000)]
+    jobs[1000]["after_failure"] = "run"
+    ids = queue.enqueue_many(jobs)
+    finish(queue, "head", ok=False)
+    rows = db.execute(
+        "SELECT status, count(*) AS n FROM jobs GROUP BY status ORDER BY status"
+    ).fetchall()
+    assert rows == [
+        {"status": "cancelled", "n": 999}, {"status": "failed", "n": 1},
+        {"status": "pending", "n": 1}, {"status": "waiting", "n": 999},
+    ]
+    assert statuses(queue, ids[999], ids[1000], ids[1001]) == ["cancelled", "pending", "waiting"]
+    errors = queue.get(ids[500]).errors  # type: ignore[union-attr]
+    assert [(e["parent_id"], e["message"]) for e in errors] == [
+        (ids[499], f"job {ids[499]} (task link) that this job waits for ended cancelled")
+    ]
+
+
 def test_cancel_single_and_matching_and_of_a_waiting_job(queue):
     """Cancelling a parent (one job or a filter) cancels its waiting children; a waiting
     job can itself be cancelled and deleted."""

@@ -151,8 +151,13 @@ CREATE TABLE __schema__.batches (
 
 -- A parent's end releases or cancels its waiting children (only those of only_children
 -- when given: an enqueue replays the end of a parent that ended before it).
--- The UPDATE row-locks each child, so two parents ending at once serialise and exactly
--- one takes waiting_for to 0. A child cancelled here fires jobs_ended in turn.
+-- A failure cancels, in one statement, every waiting job below that cannot run any
+-- more (following the edges that do not run after a failure): the trigger each of them
+-- fires then finds nothing left to cancel, so a chain of any length is cancelled at a
+-- trigger depth of two, never one level per job (PostgreSQL's stack would not last).
+-- Then the children that count this end as finished are decremented; the UPDATE
+-- row-locks each, so two parents ending at once serialise and exactly one takes
+-- waiting_for to 0.
 CREATE FUNCTION __schema__.jobs_release_children(
     ended_id bigint, ended_task text, outcome text, only_children bigint[], channel text
 ) RETURNS void
@@ -161,25 +166,41 @@ DECLARE
     woken text[];
     queue_name text;
 BEGIN
+    IF outcome <> 'done' THEN
+        WITH RECURSIVE doomed (id, task, parent_id, parent_task, parent_outcome) AS (
+            SELECT c.id, c.task, ended_id, ended_task, outcome
+            FROM __schema__.job_dependencies AS d
+            JOIN __schema__.jobs AS c ON c.id = d.child_id
+            WHERE d.parent_id = ended_id AND NOT d.run_after_failure
+              AND c.status = 'waiting'
+              AND (only_children IS NULL OR c.id = ANY(only_children))
+            UNION
+            SELECT c.id, c.task, doomed.id, doomed.task, 'cancelled'
+            FROM doomed
+            JOIN __schema__.job_dependencies AS d ON d.parent_id = doomed.id
+            JOIN __schema__.jobs AS c ON c.id = d.child_id
+            WHERE NOT d.run_after_failure AND c.status = 'waiting'
+        )
+        UPDATE __schema__.jobs AS c
+        SET status = 'cancelled',
+            finished_at = now(),
+            errors = c.errors || jsonb_build_array(jsonb_build_object(
+                'type', 'DependencyFailed',
+                'message', format('job %s (task %s) that this job waits for %s',
+                                  first.parent_id, first.parent_task,
+                                  CASE first.parent_outcome WHEN 'deleted' THEN 'was deleted'
+                                       ELSE 'ended ' || first.parent_outcome END),
+                'parent_id', first.parent_id, 'at', now()))
+        FROM (SELECT DISTINCT ON (id) * FROM doomed ORDER BY id, parent_id) AS first
+        WHERE c.id = first.id AND c.status = 'waiting';
+    END IF;
     WITH released AS (
         UPDATE __schema__.jobs AS c
         SET waiting_for = c.waiting_for - 1,
-            status = CASE WHEN outcome <> 'done' AND NOT d.run_after_failure THEN 'cancelled'
-                          WHEN c.waiting_for = 1 THEN 'pending'
-                          ELSE 'waiting' END,
-            finished_at = CASE WHEN outcome <> 'done' AND NOT d.run_after_failure
-                               THEN now() END,
-            errors = CASE WHEN outcome <> 'done' AND NOT d.run_after_failure
-                          THEN c.errors || jsonb_build_array(jsonb_build_object(
-                              'type', 'DependencyFailed',
-                              'message', format('job %s (task %s) that this job waits for %s',
-                                                ended_id, ended_task,
-                                                CASE outcome WHEN 'deleted' THEN 'was deleted'
-                                                             ELSE 'ended ' || outcome END),
-                              'parent_id', ended_id, 'at', now()))
-                          ELSE c.errors END
+            status = CASE WHEN c.waiting_for = 1 THEN 'pending' ELSE 'waiting' END
         FROM __schema__.job_dependencies AS d
         WHERE d.parent_id = ended_id AND c.id = d.child_id
+          AND (outcome = 'done' OR d.run_after_failure)
           AND c.status = 'waiting'
           AND (only_children IS NULL OR c.id = ANY(only_children))
         RETURNING c.queue, c.status, c.run_at
