@@ -153,6 +153,13 @@ class Plan:
             "edges": to_json(edges, "the jobs' dependencies"),
         }
 
+    def order(self) -> list[int]:
+        """Positions with every job after the jobs of the call it waits for."""
+        sorter: graphlib.TopologicalSorter[int] = graphlib.TopologicalSorter()
+        for position, parents in enumerate(self.parents):
+            sorter.add(position, *(self.positions[p] for p in parents if isinstance(p, str)))
+        return list(sorter.static_order())
+
     def ended_parents(self, statuses: Mapping[int, tuple[str, str]]) -> list[int]:
         return [job_id for job_id in self.external if statuses[job_id][1] in ENDED]
 
