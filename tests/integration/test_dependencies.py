@@ -10,10 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import _sql
 from tests.helpers import wait_for_lease_to_pass
+from tests.integration.test_rolling_deploy import PreviousRelease, _previous_schema
 
 
 def finish(queue: pgbaton.Queue, task: str, *, ok: bool = True) -> int:
@@ -435,3 +437,30 @@ def test_a_hundred_thousand_waiting_jobs_cost_the_claim_nothing(queue, db, schem
     assert blocked <= 2 * empty, (empty, blocked)
     print(f"claim pages: {empty} with nothing claimable, {blocked} with 100,000 waiting")
     assert queue.claim("w", limit=10) == []
+
+
+def test_the_previous_release_never_claims_a_waiting_job_and_its_ends_count(dsn, schema, db):
+    """A worker of the previous release (its statements verbatim, prepared before the
+    migration) claims only the parents, and its completion and last failure release and
+    cancel the children: the trigger does it, whoever ends the job. Its cancel leaves a
+    waiting job alone (it guards on the states it knew)."""
+    _previous_schema(db, schema)
+    with (
+        psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn,
+        pgbaton.Queue(dsn, schema=schema) as queue,
+    ):
+        old = PreviousRelease(conn, schema)
+        old.claim("old-worker")
+        queue.migrate()
+        parent = old.enqueue("parent")
+        failing = old.enqueue("failing", max_attempts=1)
+        child = queue.enqueue("child", after=[parent])
+        doomed = queue.enqueue("doomed", after=[failing])
+        assert old.run("job_cancel", id=child) == []
+        claims = {c["task"]: c for c in old.claim("old-worker")}
+        assert set(claims) == {"parent", "failing"}
+        assert old.run("job_complete_many", **old.held(claims["parent"], results=[None]))
+        assert old.run("job_fail_many", **old.held(
+            claims["failing"], errors=['{"message": "boom"}'], retry_in=[0.0]))
+        assert statuses(queue, child, doomed) == ["pending", "cancelled"]
+        assert [c["task"] for c in old.claim("old-worker")] == ["child"]
