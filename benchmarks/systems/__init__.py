@@ -15,6 +15,8 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),
     "chancy": ("chancy_system", "ChancySystem"),
     "awa": ("awa_system", "AwaSystem"),
+    "graphile": ("graphile_system", "GraphileDefaults"),
+    "graphile_b": ("graphile_system", "GraphileTuned"),
     "raw1": ("raw_system", "RawSQL1"),
     "raw100": ("raw_system", "RawSQL100"),
     "rawpoll": ("raw_system", "RawSQLBusyPoll"),
