@@ -61,7 +61,7 @@ class Worker:
         self.events = app.events
         self.stats: Counter[str] = Counter()
         self.exit_status = 0
-        self.held = HeldJobs(self.config.concurrency)
+        self.held = HeldJobs(self.config.concurrency, self.config.claim_ahead)
         self._stopping = asyncio.Event()
         self._forced = asyncio.Event()
         self.heartbeat = Heartbeat(
@@ -340,6 +340,18 @@ class Worker:
     # -- shutdown -------------------------------------------------------------------
 
     async def _shut_down(self) -> None:
+        # Jobs claimed ahead that have not started go back first, without spending an
+        # attempt: a stopping worker starts nothing new, and once dropped from the held
+        # jobs their leases are no longer extended.
+        not_started = [r for r in self.held if r.started is None and not r.finished]
+        for running in not_started:
+            running.released = True
+            if running.handler is not None:
+                running.handler.cancel()
+        await asyncio.gather(*(r.handler for r in not_started if r.handler),
+                             return_exceptions=True)
+        if not_started:
+            await self._release(not_started)
         if not self._forced.is_set():
             await self._wait_handlers()
         unfinished = [r for r in self.held if not r.finished]
