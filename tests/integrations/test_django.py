@@ -48,7 +48,7 @@ def test_djangos_test_runner_passes_the_shop_tests(server_dsn: str) -> None:
     committed one is run by `manage.py pgbaton worker`, a TestCase sees its job."""
     run = manage(server_dsn, "test", "shop", "--noinput")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Ran 4 tests" in run.stderr and "\nOK" in run.stderr
+    assert "Ran 6 tests" in run.stderr and "\nOK" in run.stderr
 
 
 def test_migrate_creates_pgbatons_schema(
