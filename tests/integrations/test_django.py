@@ -45,10 +45,12 @@ def schema_versions(db: psycopg.Connection[DictRow]) -> list[int]:
 
 def test_djangos_test_runner_passes_the_shop_tests(server_dsn: str) -> None:
     """`manage.py test shop`: a rolled-back atomic block leaves no job and no wake-up, a
-    committed one is run by `manage.py pgbaton worker`, a TestCase sees its job."""
+    committed one is run by `manage.py pgbaton worker`, with conn= or without it (the
+    app joins transaction.atomic()), a TestCase sees its job; and the jobs' admin
+    (shop/test_admin.py) lists, filters, shows, retries and cancels."""
     run = manage(server_dsn, "test", "shop", "--noinput")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Ran 6 tests" in run.stderr and "\nOK" in run.stderr
+    assert "Ran 13 tests" in run.stderr and "\nOK" in run.stderr
 
 
 def test_migrate_creates_pgbatons_schema(
