@@ -21,6 +21,7 @@ from typing import Any, cast
 import psycopg
 import psycopg_pool
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import JsonbLoader
 
 from . import _database as database
 from . import _sql
@@ -182,6 +183,9 @@ class Queue:
                 database.check_schema(conn, self.schema)
                 self._schema_checked = True
             with conn.cursor(row_factory=dict_row) as cursor:
+                # A caller's connection may load jsonb its own way (Django's returns
+                # text); pgbaton's rows want it parsed, as on its own connections.
+                cursor.adapters.register_loader("jsonb", JsonbLoader)
                 cursor.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
         with self._connection() as pooled:
@@ -539,15 +543,17 @@ class Queue:
         queue: str | None = None,
         task: str | None = None,
         limit: int = 100,
+        conn: CallerConnection | None = None,
     ) -> list[Job]:
-        """The newest jobs first, filtered by status, queue and task."""
+        """The newest jobs first, filtered by status, queue and task; with conn=, as the
+        caller's transaction sees them (its own enqueues not yet committed included)."""
         params = {
             "status": check_status(status),
             "queue": check_filter("queue", queue),
             "task": check_filter("task", task),
             "limit": check_limit(limit),
         }
-        return [Job.from_row(row) for row in self._fetch("job_list", params)]
+        return [Job.from_row(row) for row in self._fetch("job_list", params, conn)]
 
     def stats(self) -> list[QueueStats]:
         """Per queue: jobs by status, expired leases, age of the oldest claimable job."""

@@ -50,7 +50,7 @@ def test_djangos_test_runner_passes_the_shop_tests(server_dsn: str) -> None:
     (shop/test_admin.py) lists, filters, shows, retries and cancels."""
     run = manage(server_dsn, "test", "shop", "--noinput")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Ran 13 tests" in run.stderr and "\nOK" in run.stderr
+    assert "Ran 14 tests" in run.stderr and "\nOK" in run.stderr
 
 
 def test_migrate_creates_pgbatons_schema(

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.test import TestCase, TransactionTestCase
 from pgbaton.contrib.django import deferral, enqueue, pgbaton_settings
 from pgbaton.contrib.django.settings import database_dsn
+from pgbaton.testing import assert_enqueued, refute_enqueued
 
 from shop.jobs import send_receipt
 from shop.models import Order
@@ -172,6 +173,14 @@ class JobsInsideATestCase(TestCase):
         send_receipt.defer(order_id=order.id)  # no conn=: the TestCase's atomic block
         self.assertEqual(job_count(), 1)
         self.assertEqual(jobs_seen_elsewhere(database_dsn("default")), 0)
+
+    def test_pgbaton_testing_sees_the_tests_transaction(self) -> None:
+        """assert_enqueued reads through the App's connection provider: Django's
+        connection here, so it sees what the test's transaction holds."""
+        order = Order.objects.create(item="book")
+        send_receipt.defer(order_id=order.id)
+        assert_enqueued(send_receipt, args={"order_id": order.id}, count=1)
+        refute_enqueued(send_receipt, args={"order_id": order.id + 1})
 
     def test_the_job_is_seen_in_the_tests_transaction(self) -> None:
         order = Order.objects.create(item="book")
