@@ -138,3 +138,60 @@ def test_bad_settings_are_refused_in_one_line(
                          text=True, timeout=120, check=False)
     assert run.returncode == 1
     assert message in run.stderr.strip().splitlines()[-1], run.stderr
+
+
+TWO_DATABASES_SCRIPT = """
+import sys
+
+import django
+import psycopg
+from django.conf import settings
+
+params = psycopg.conninfo.conninfo_to_dict(sys.argv[1])
+database = {
+    "ENGINE": "django.db.backends.postgresql", "NAME": params.get("dbname", ""),
+    "USER": params.get("user", ""), "PASSWORD": params.get("password", ""),
+    "HOST": params.get("host", ""), "PORT": params.get("port", ""),
+}
+settings.configure(
+    INSTALLED_APPS=["pgbaton.contrib.django"],
+    DATABASES={"default": database, "jobs": dict(database)},
+    PGBATON={"APP": "tests.integrations.shop_tasks:app", "DATABASE": "jobs",
+             "SCHEMA": sys.argv[2]},
+)
+django.setup()
+
+from django.db import transaction
+
+from tests.integrations.shop_tasks import send_receipt
+
+
+class Refused(Exception):
+    pass
+
+
+for alias, order_id in (("jobs", 1), ("default", 2)):
+    try:
+        with transaction.atomic(using=alias):
+            send_receipt.defer(order_id=order_id)
+            raise Refused
+    except Refused:
+        pass
+send_receipt.app.queue.close()
+"""
+
+
+def test_enqueue_joins_atomic_blocks_of_pgbatons_database_only(
+    dsn: str, shop: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """With PGBATON["DATABASE"] = "jobs", an atomic block on "jobs" takes its job with it
+    when rolled back; one on "default" is not the jobs' database: its job goes through
+    pgbaton's own pool and stays."""
+    run = subprocess.run(
+        [sys.executable, "-c", TWO_DATABASES_SCRIPT, dsn, shop], cwd=PROJECT.parents[1],
+        env={**os.environ, "PYTHONPATH": str(PROJECT.parents[1])},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = db.execute("SELECT args FROM jobs").fetchall()
+    assert [row["args"] for row in rows] == [{"order_id": 2}]
