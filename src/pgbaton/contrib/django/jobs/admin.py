@@ -75,7 +75,7 @@ class JobAdmin(admin.ModelAdmin):  # type: ignore[misc]
                     "created_at", "finished_at")
     list_filter = ("status", "queue", "task")
     search_fields = ("task", "queue", "key", "idempotency_key")
-    # count(*) over a large jobs table on every page is what the admin must not do.
+    # No second count(*), of the whole table, beside the filtered one on every page.
     show_full_result_count = False
     list_per_page = 50
     actions = ("retry_jobs", "cancel_jobs")
