@@ -389,12 +389,14 @@ class App:
         (anything conn= takes) is the transaction the job joins; None means the App's
         own pool, committed at once. pgbaton.contrib.django gives Django's connection
         inside transaction.atomic(); None removes the provider."""
+        _check_provider("provide_connection", provider)
         self._connection_provider = provider
         if self._queue is not None:
             self._queue.connection_provider = provider
 
     def provide_async_connection(self, provider: AsyncConnectionProvider | None) -> None:
         """provide_connection() for the async enqueues (an AsyncSession, say)."""
+        _check_provider("provide_async_connection", provider)
         self._async_connection_provider = provider
         if self._async_queue is not None:
             self._async_queue.connection_provider = provider
@@ -535,6 +537,14 @@ class App:
         if config is not None and options:
             raise InvalidArgument("give a WorkerConfig or its fields as keywords, not both")
         return _worker_runner(self, config, app_spec, options)
+
+
+def _check_provider(method: str, provider: object) -> None:
+    if provider is not None and not callable(provider):
+        raise InvalidArgument(
+            f"{method} takes a function that returns the connection to join (or None), "
+            f"or None; got {type(provider).__name__}"
+        )
 
 
 def load_app(spec: str) -> App:

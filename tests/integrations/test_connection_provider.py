@@ -68,8 +68,10 @@ def test_the_current_session_is_joined_without_conn(
     engine: sa.Engine, provided: None, db: psycopg.Connection[DictRow],
     wakeups: psycopg.Connection[Any], shop_worker: subprocess.Popen[bytes],
 ) -> None:
-    """defer, enqueue and Queue.enqueue_many with no conn= write in the current session's
-    transaction: its rollback takes them (and their wake-ups), its commit hands one over."""
+    """defer, enqueue (keyed too), Queue.enqueue_many and enqueue_once with no conn= write
+    in the current session's
+    transaction: its rollback takes them (and their wake-ups), its commit hands one
+    over."""
     with Session(engine) as session:
         token = current_session.set(session)
         try:
@@ -78,6 +80,10 @@ def test_the_current_session_is_joined_without_conn(
             app.queue.enqueue_many(
                 [{"task": "send_receipt", "args": {"order_id": 0}, "queue": ROLLED_BACK_QUEUE}]
             )
+            app.queue.enqueue_once("send_receipt", {"order_id": 0}, idempotency_key="once",
+                                   queue=ROLLED_BACK_QUEUE)
+            send_receipt.enqueue({"order_id": 0}, idempotency_key="keyed",
+                                 queue=ROLLED_BACK_QUEUE)
             assert jobs_seen_elsewhere(db) == 0
             session.rollback()
             order_id = session.execute(INSERT_ORDER).scalar_one()
@@ -152,3 +158,14 @@ async def test_the_current_async_session_is_joined_without_conn(
             current_async_session.reset(token)
     await app.async_queue.close()
     check_transaction_proof(db, wakeups, committed_job=job_id, committed_order=order_id)
+
+
+@pytest.mark.parametrize("method", ["provide_connection", "provide_async_connection"])
+def test_a_provider_that_is_no_function_is_refused_at_once(method: str) -> None:
+    """The mistake is reported where it is made, not at the next enqueue."""
+    with pytest.raises(pgbaton.InvalidArgument) as raised:
+        getattr(app, method)("postgresql://")
+    assert str(raised.value) == (
+        f"{method} takes a function that returns the connection to join (or None), "
+        "or None; got str"
+    )
