@@ -195,3 +195,63 @@ def test_enqueue_joins_atomic_blocks_of_pgbatons_database_only(
     assert run.returncode == 0, run.stderr
     rows = db.execute("SELECT args FROM jobs").fetchall()
     assert [row["args"] for row in rows] == [{"order_id": 2}]
+
+
+PSYCOPG2_SCRIPT = """
+import sys
+
+import psycopg
+
+# Django picks psycopg 3 whenever it can be imported, as it always can beside pgbaton;
+# hidden while Django loads its backend, Django falls back to psycopg2, as Django 4.1
+# and older always do.
+hidden = {name: module for name, module in sys.modules.items()
+          if name == "psycopg" or name.startswith("psycopg.")}
+params = psycopg.conninfo.conninfo_to_dict(sys.argv[1])
+sys.modules.update(dict.fromkeys(hidden))
+
+import django
+from django.conf import settings
+
+settings.configure(DATABASES={"default": {
+    "ENGINE": "django.db.backends.postgresql", "NAME": params.get("dbname", ""),
+    "USER": params.get("user", ""), "PASSWORD": params.get("password", ""),
+    "HOST": params.get("host", ""), "PORT": params.get("port", ""),
+    "OPTIONS": {"options": f"-c search_path={sys.argv[2]}"},
+}})
+django.setup()
+from django.db import connection
+
+connection.ensure_connection()
+sys.modules.update(hidden)
+
+import pgbaton
+from tests.integrations.shop_tasks import send_receipt
+
+send_receipt.app.configure(dsn=sys.argv[1], schema=sys.argv[2])
+try:
+    send_receipt.using(conn=connection).defer(order_id=1)
+except pgbaton.InvalidArgument as error:
+    print(type(connection.connection).__module__)
+    print(error)
+"""
+
+
+def test_a_django_connection_on_psycopg2_is_refused_with_what_to_do(
+    dsn: str, shop: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """Django on psycopg2 is refused in one line saying to install psycopg 3."""
+    run = subprocess.run(
+        [sys.executable, "-c", PSYCOPG2_SCRIPT, dsn, shop], cwd=PROJECT.parents[1],
+        env={**os.environ, "PYTHONPATH": str(PROJECT.parents[1])},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    driver, message = run.stdout.splitlines()
+    assert driver == "psycopg2.extensions"
+    assert message == (
+        "conn is Django's database 'default', whose driver is psycopg2, not psycopg 3: "
+        "pgbaton writes through psycopg 3 only (SQLAlchemy: a postgresql+psycopg:// URL; "
+        "Django 4.2+: psycopg installed, which Django prefers to psycopg2)"
+    )
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}
