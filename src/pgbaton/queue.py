@@ -409,7 +409,7 @@ class Queue:
         batch_params = None if batch is None else batch.params(params["count"])
         if not params["count"]:
             return []
-        with self._transaction(conn) as held:
+        with self._transaction(self._provided(conn)) as held:
             statuses: dict[int, tuple[str, str]] = {}
             if plan.external:
                 rows = self._fetch("job_parents_lock", {"ids": plan.external}, held)

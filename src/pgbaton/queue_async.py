@@ -407,7 +407,7 @@ class AsyncQueue:
         batch_params = None if batch is None else batch.params(params["count"])
         if not params["count"]:
             return []
-        async with self._transaction(conn) as held:
+        async with self._transaction(await self._provided(conn)) as held:
             statuses: dict[int, tuple[str, str]] = {}
             if plan.external:
                 rows = await self._fetch("job_parents_lock", {"ids": plan.external}, held)
