@@ -8,6 +8,7 @@ so cycles can arise only among them; graphlib finds them.
 
 from __future__ import annotations
 
+import datetime as dt
 import graphlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,8 +99,8 @@ class BatchInfo:
     cancelled: int
     on_finish: dict[str, Any] | None
     on_success: dict[str, Any] | None
-    created_at: Any
-    finished_at: Any
+    created_at: dt.datetime
+    finished_at: dt.datetime | None  # when the last job ended and the callbacks went in
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> BatchInfo:
