@@ -469,15 +469,15 @@ def test_the_previous_release_never_claims_a_waiting_job_and_its_ends_count(dsn,
 def test_a_provided_connection_carries_the_whole_enqueue(dsn, schema, db):
     """Without conn=, a Queue's connection provider gives the transaction: the lock, the
     child, its edges and the batch are all in it, and a rollback takes them all."""
-    with psycopg.connect(dsn) as conn:
-        with pgbaton.Queue(dsn, schema=schema, connection_provider=lambda: conn) as queue:
-            queue.migrate()
-            conn.commit()
-            parent = queue.enqueue("parent")
-            conn.commit()
-            queue.enqueue("child", after=[parent])
-            queue.enqueue_many([{"task": "m"}], batch=pgbaton.Batch())
-            conn.rollback()
+    conn = psycopg.connect(dsn)
+    with conn, pgbaton.Queue(dsn, schema=schema, connection_provider=lambda: conn) as queue:
+        queue.migrate()
+        conn.commit()
+        parent = queue.enqueue("parent")
+        conn.commit()
+        queue.enqueue("child", after=[parent])
+        queue.enqueue_many([{"task": "m"}], batch=pgbaton.Batch())
+        conn.rollback()
     assert db.execute(
         "SELECT (SELECT count(*) FROM jobs) AS jobs,"
         " (SELECT count(*) FROM job_dependencies) AS edges,"
