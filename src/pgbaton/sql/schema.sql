@@ -21,6 +21,9 @@ CREATE TABLE __schema__.jobs (
     created_at      timestamptz NOT NULL DEFAULT now(),
     started_at      timestamptz,
     finished_at     timestamptz,
+    -- Headers that travel with the job, not handed to its handler: the trace context
+    -- of the span that enqueued it (migration 6). NULL when there are none.
+    meta            jsonb,
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled')),
     -- A running job holds a token and a lease; a cancelled (or since retried) job keeps
