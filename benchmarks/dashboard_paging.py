@@ -90,6 +90,9 @@ async def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="Use rows kept by --keep.")
     parser.add_argument("--with-indexes", action="store_true",
                         help="Add PROPOSED_INDEXES first (and keep them).")
+    parser.add_argument("--indexes", default=None, metavar="NAME,...",
+                        help="Only these of PROPOSED_INDEXES (dropping the others), to "
+                             "measure what each buys; '' for none of them.")
     options = parser.parse_args()
     with psycopg.connect(options.dsn, autocommit=True) as conn:
         if not options.reuse:
@@ -101,9 +104,14 @@ async def main() -> None:
                 conn.execute(FILL, {"start": start, "end": end, "rows": options.rows})  # type: ignore[arg-type]
             conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")  # type: ignore[arg-type]
             print(f"filled {options.rows:,} rows in {time.monotonic() - started:.0f} s")
-        if options.with_indexes:
+        if options.with_indexes or options.indexes is not None:
+            wanted = set(filter(None, (options.indexes or "").split(",")))
             for statement in PROPOSED_INDEXES:
-                conn.execute(statement)  # type: ignore[arg-type]
+                name = statement.split(" ON ")[0].split()[-1]
+                if options.with_indexes or name in wanted:
+                    conn.execute(statement)  # type: ignore[arg-type]
+                else:
+                    conn.execute(f"DROP INDEX IF EXISTS {SCHEMA}.{name}")  # type: ignore[arg-type]
             conn.execute(f"ANALYZE {SCHEMA}.jobs")  # type: ignore[arg-type]
         row = conn.execute(f"SELECT max(id), now()::text FROM {SCHEMA}.jobs").fetchone()  # type: ignore[arg-type]
         assert row is not None

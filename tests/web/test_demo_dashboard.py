@@ -21,7 +21,7 @@ from .test_metrics import free_port
 
 
 def _page(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(url, timeout=10) as answer:
         return str(answer.read().decode())
 
 

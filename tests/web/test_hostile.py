@@ -39,7 +39,7 @@ GETS = [
 
 
 @pytest.mark.parametrize(("path", "status", "words"), GETS, ids=[g[0][:40] for g in GETS])
-def test_hostile_gets(client: TestClient, jobs: Jobs, db: psycopg.Connection[DictRow],
+def test_hostile_gets(*, client: TestClient, jobs: Jobs, db: psycopg.Connection[DictRow],
                       path: str, status: int, words: str) -> None:
     """Malformed ids, cursors, times, encodings and sizes: a 4xx naming the problem."""
     before = db.execute(SNAPSHOT).fetchone()
