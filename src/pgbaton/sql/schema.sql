@@ -89,6 +89,11 @@ CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_
 CREATE INDEX jobs_finished ON __schema__.jobs (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 
+-- The dashboard's failed jobs, newest first, and their count per queue, from this index
+-- alone; only failed rows enter it, so the hot path never writes to it (migration 6).
+CREATE INDEX jobs_failed ON __schema__.jobs (id) INCLUDE (queue)
+    WHERE status = 'failed';
+
 -- One NOTIFY per inserting statement and queue, sent at commit (never on rollback).
 -- The payload is the queue name; listeners wake and claim.
 CREATE FUNCTION __schema__.jobs_notify_inserted() RETURNS trigger
