@@ -8,10 +8,10 @@ dashboard_paging.PROPOSED_INDEXES (jobs_task_id, jobs_failed, jobs_pending_by_qu
 `index_cost_with` has them (or those named by --indexes). Each round runs, in both
 schemas in a random order: `jobs` single enqueues, one enqueue_many of 10 x `jobs`,
 then claims of 100 and fenced completions until both are drained (the data plane's own
-calls, no worker: fewer moving parts to blur the difference). Time per job is the median over the rounds; WAL bytes per job (read from
-pg_current_wal_lsn around each step) count the writes themselves, which a busy machine
-does not blur, as long as nothing else writes to the server: use a server of your own
-(--dsn to an embedded one, say).
+calls, no worker: fewer moving parts to blur the difference). Time per job is the
+median over the rounds; WAL bytes per job (read from pg_current_wal_lsn around each
+step) count the writes themselves, which a busy machine does not blur, as long as
+nothing else writes to the server: use a server of your own (--dsn to an embedded one).
 """
 
 from __future__ import annotations
