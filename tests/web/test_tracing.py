@@ -236,3 +236,40 @@ async def test_a_failed_enqueue_is_an_error_span(
     assert bad.attributes["error.type"] == "InFailedSqlTransaction"
     assert [e.name for e in bad.events] == ["exception"]
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 3}
+
+
+async def test_a_run_without_a_usable_context_starts_its_own_trace(
+        dsn: str, schema: str, db: psycopg.Connection[DictRow]) -> None:
+    """Jobs whose meta holds no context, a garbled one, or one of the wrong type (an
+    old producer's, or written by hand) still run, each in a trace of its own: no
+    parent, no link."""
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = pgbaton.App(dsn, schema=schema)
+    tracing.instrument(app, tracer_provider=provider)
+
+    @app.task
+    async def plain(n: int) -> None:
+        return None
+
+    app.queue.migrate()
+    metas = [None, {}, {"traceparent": "00-garbage-01"}, {"traceparent": 7},
+             {"traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"}]
+    for n, meta in enumerate(metas):
+        db.execute("INSERT INTO jobs (task, args, meta) VALUES ('plain', %s, %s)",
+                   (json.dumps({"n": n}), None if meta is None else json.dumps(meta)))
+    worker = Worker(app, WorkerConfig(maintenance=False, poll_interval=0.1))
+    run = asyncio.create_task(worker.run())
+    for _ in range(600):
+        row = db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'done'").fetchone()
+        if row is not None and row["n"] == len(metas):
+            break
+        await asyncio.sleep(0.05)
+    worker.request_stop()
+    assert await asyncio.wait_for(run, 30) == 0
+    app.queue.close()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == len(metas)
+    assert all(s.parent is None and not s.links for s in spans)
+    assert len({s.context.trace_id for s in spans}) == len(metas)
