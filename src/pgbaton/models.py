@@ -60,6 +60,8 @@ class Claim:
     created_at: dt.datetime
     job_idempotency_key: str | None = field(default=None, repr=False)
     run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
+    # The job's headers (the enqueuing span's trace context), None when it has none.
+    meta: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -82,6 +84,7 @@ class Claim:
             created_at=row["created_at"],
             job_idempotency_key=row["idempotency_key"],
             run_at=row.get("run_at"),
+            meta=row.get("meta"),
         )
 
 
@@ -108,6 +111,7 @@ class Job:
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    meta: dict[str, Any] | None = None  # headers: the enqueuing span's trace context
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

@@ -46,6 +46,7 @@ from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
+from .enqueue_hook import meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
 from .integrations.connections import CallerConnection, psycopg_connection
@@ -233,9 +234,22 @@ class Queue:
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
         conn = self._provided(conn)
-        if idempotency_key is None:
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return self._insert_one(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            job_id = self._insert_one(params, conn)
+            span.sent([job_id])
+            return job_id
+
+    def _insert_one(
+        self, params: dict[str, Any], conn: CallerConnection | None
+    ) -> int:
+        if params["idempotency_key"] is None:
             job_id = int((self._fetch("job_insert", params, conn))[0]["id"])
-            self._enqueued(job_id, task, queue)
+            self._enqueued(job_id, params["task"], params["queue"])
             return job_id
         return (self._insert_idempotent(params, conn)).id
 
@@ -284,7 +298,16 @@ class Queue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
-        return self._insert_idempotent(params, self._provided(conn))
+        conn = self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return self._insert_idempotent(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            enqueued = self._insert_idempotent(params, conn)
+            span.sent([enqueued.id])
+            return enqueued
 
     def _insert_idempotent(
         self, params: Mapping[str, Any], conn: CallerConnection | None
@@ -327,21 +350,29 @@ class Queue:
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        ids = self._insert_many(params, self._provided(conn))
+        conn = self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            ids = self._insert_many(params, None, conn)
+        else:
+            with hook(params["queue"], params["count"]) as span:
+                ids = self._insert_many(params, meta_json(span), conn)
+                span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
 
     def _insert_many(
-        self, params: Mapping[str, Any], conn: CallerConnection | None
+        self, params: Mapping[str, Any], meta: str | None, conn: CallerConnection | None
     ) -> list[int]:
+        statement_params = {"jobs": params["jobs"], "meta": meta}
         if not params["idempotency_keys"]:
-            (row,) = self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
+            (row,) = self._fetch("job_insert_many", statement_params, conn)
             return cast(list[int], row["ids"])
         # The insert and the look-up of taken keys form one transaction (a savepoint in
         # the caller's), so that a key taken by another task undoes the whole batch.
         with self._transaction(conn) as held:
-            (row,) = self._fetch("job_insert_many", {"jobs": params["jobs"]}, held)
+            (row,) = self._fetch("job_insert_many", statement_params, held)
             ids: list[int | None] = row["ids"]
             if None not in ids:
                 return cast(list[int], ids)

@@ -44,6 +44,7 @@ from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
+from .enqueue_hook import meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
 from .integrations.connections import AsyncCallerConnection, psycopg_connection
@@ -231,9 +232,22 @@ class AsyncQueue:
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
         conn = await self._provided(conn)
-        if idempotency_key is None:
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return await self._insert_one(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            job_id = await self._insert_one(params, conn)
+            span.sent([job_id])
+            return job_id
+
+    async def _insert_one(
+        self, params: dict[str, Any], conn: AsyncCallerConnection | None
+    ) -> int:
+        if params["idempotency_key"] is None:
             job_id = int((await self._fetch("job_insert", params, conn))[0]["id"])
-            self._enqueued(job_id, task, queue)
+            self._enqueued(job_id, params["task"], params["queue"])
             return job_id
         return (await self._insert_idempotent(params, conn)).id
 
@@ -282,7 +296,16 @@ class AsyncQueue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
-        return await self._insert_idempotent(params, await self._provided(conn))
+        conn = await self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return await self._insert_idempotent(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            enqueued = await self._insert_idempotent(params, conn)
+            span.sent([enqueued.id])
+            return enqueued
 
     async def _insert_idempotent(
         self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
@@ -325,21 +348,29 @@ class AsyncQueue:
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        ids = await self._insert_many(params, await self._provided(conn))
+        conn = await self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            ids = await self._insert_many(params, None, conn)
+        else:
+            with hook(params["queue"], params["count"]) as span:
+                ids = await self._insert_many(params, meta_json(span), conn)
+                span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
 
     async def _insert_many(
-        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
+        self, params: Mapping[str, Any], meta: str | None, conn: AsyncCallerConnection | None
     ) -> list[int]:
+        statement_params = {"jobs": params["jobs"], "meta": meta}
         if not params["idempotency_keys"]:
-            (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
+            (row,) = await self._fetch("job_insert_many", statement_params, conn)
             return cast(list[int], row["ids"])
         # The insert and the look-up of taken keys form one transaction (a savepoint in
         # the caller's), so that a key taken by another task undoes the whole batch.
         async with self._transaction(conn) as held:
-            (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, held)
+            (row,) = await self._fetch("job_insert_many", statement_params, held)
             ids: list[int | None] = row["ids"]
             if None not in ids:
                 return cast(list[int], ids)
