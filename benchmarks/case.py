@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
 import sys
 import time
@@ -280,7 +281,12 @@ def main() -> None:
     elif args.prepare:
         result = asyncio.run(prepare(args.system, args.dsn))
     else:
-        result = asyncio.run(run(args.system, args.case, args.dsn, json.loads(args.params)))
+        runner: Callable[..., Any] = asyncio.run
+        if os.environ.get("PGBATON_BENCH_LOOP") == "uvloop":  # run.py --loop uvloop
+            import uvloop
+
+            runner = uvloop.run
+        result = runner(run(args.system, args.case, args.dsn, json.loads(args.params)))
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -21,7 +21,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .enqueue_hook import EnqueueHook
 
 logger = logging.getLogger("pgbaton.events")
 
@@ -98,6 +101,9 @@ class Events:
         self._lock = threading.Lock()
         self._complained: set[tuple[int, type[BaseException]]] = set()
         self.active = False
+        # Not an event: a hook around each enqueue, run in the caller's thread and
+        # context (pgbaton.tracing's PRODUCER span); None costs the enqueue nothing.
+        self.enqueue_hook: EnqueueHook | None = None
 
     def subscribe(self, subscriber: Subscriber, names: Iterable[str] | None = None) -> Subscriber:
         """Call subscriber(event) for every event, or only for those named. Returns the

@@ -61,6 +61,8 @@ class Claim:
     created_at: dt.datetime
     job_idempotency_key: str | None = field(default=None, repr=False)
     run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
+    # The job's headers (the enqueuing span's trace context), None when it has none.
+    meta: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -83,6 +85,7 @@ class Claim:
             created_at=row["created_at"],
             job_idempotency_key=row["idempotency_key"],
             run_at=row.get("run_at"),
+            meta=row.get("meta"),
         )
 
 
@@ -111,6 +114,7 @@ class Job:
     finished_at: dt.datetime | None
     batch_id: int | None = None  # the batch it belongs to (docs/dependencies.md)
     waiting_for: int | None = None  # how many parents have not finished; None: no parents
+    meta: dict[str, Any] | None = None  # headers: the enqueuing span's trace context
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

@@ -45,6 +45,7 @@ from ._sql import notify_channel
 from ._transient import is_connection_loss
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
+from .enqueue_hook import meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
 from .integrations.connections import AsyncCallerConnection, psycopg_connection
@@ -250,9 +251,22 @@ class AsyncQueue:
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
         conn = await self._provided(conn)
-        if idempotency_key is None:
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return await self._insert_one(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            job_id = await self._insert_one(params, conn)
+            span.sent([job_id])
+            return job_id
+
+    async def _insert_one(
+        self, params: dict[str, Any], conn: AsyncCallerConnection | None
+    ) -> int:
+        if params["idempotency_key"] is None:
             job_id = int((await self._fetch("job_insert", params, conn))[0]["id"])
-            self._enqueued(job_id, task, queue)
+            self._enqueued(job_id, params["task"], params["queue"])
             return job_id
         return (await self._insert_idempotent(params, conn)).id
 
@@ -301,7 +315,16 @@ class AsyncQueue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
-        return await self._insert_idempotent(params, await self._provided(conn))
+        conn = await self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return await self._insert_idempotent(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            enqueued = await self._insert_idempotent(params, conn)
+            span.sent([enqueued.id])
+            return enqueued
 
     async def _insert_idempotent(
         self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
@@ -355,21 +378,29 @@ class AsyncQueue:
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        ids = await self._insert_many(params, await self._provided(conn))
+        conn = await self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            ids = await self._insert_many(params, None, conn)
+        else:
+            with hook(params["queue"], params["count"]) as span:
+                ids = await self._insert_many(params, meta_json(span), conn)
+                span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
 
     async def _insert_many(
-        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
+        self, params: Mapping[str, Any], meta: str | None, conn: AsyncCallerConnection | None
     ) -> list[int]:
+        statement_params = {"jobs": params["jobs"], "meta": meta}
         if not params["idempotency_keys"]:
-            (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
+            (row,) = await self._fetch("job_insert_many", statement_params, conn)
             return cast(list[int], row["ids"])
         # The insert and the look-up of taken keys form one transaction (a savepoint in
         # the caller's), so that a key taken by another task undoes the whole batch.
         async with self._transaction(conn) as held:
-            (row,) = await self._fetch("job_insert_many", {"jobs": params["jobs"]}, held)
+            (row,) = await self._fetch("job_insert_many", statement_params, held)
             ids: list[int | None] = row["ids"]
             if None not in ids:
                 return cast(list[int], ids)
@@ -399,15 +430,33 @@ class AsyncQueue:
         batch: Batch | None,
         conn: AsyncCallerConnection | None,
     ) -> list[int]:
-        """Jobs with parents or in a batch, in one transaction: lock and read the
-        parents, write the batch, the jobs and their edges, then apply the end of
-        parents that had already failed or been cancelled."""
+        """Jobs with parents or in a batch, in one transaction (inside the enqueue hook,
+        as every enqueue): see _write_graph."""
         plan = dependencies.plan(jobs)
         params = many_job_params(plan.jobs)
         batch_params = None if batch is None else batch.params(params["count"])
         if not params["count"]:
             return []
-        async with self._transaction(await self._provided(conn)) as held:
+        conn = await self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            return await self._write_graph(plan, params, batch_params, None, conn)
+        with hook(params["queue"], params["count"]) as span:
+            ids = await self._write_graph(plan, params, batch_params, meta_json(span), conn)
+            span.sent(ids)
+            return ids
+
+    async def _write_graph(
+        self,
+        plan: dependencies.Plan,
+        params: Mapping[str, Any],
+        batch_params: Mapping[str, Any] | None,
+        meta: str | None,
+        conn: AsyncCallerConnection | None,
+    ) -> list[int]:
+        """Lock and read the parents, write the batch, the jobs and their edges, then
+        apply the end of parents that had already failed or been cancelled."""
+        async with self._transaction(conn) as held:
             statuses: dict[int, tuple[str, str]] = {}
             if plan.external:
                 rows = await self._fetch("job_parents_lock", {"ids": plan.external}, held)
@@ -416,7 +465,7 @@ class AsyncQueue:
             batch_id = None
             if batch_params is not None:
                 batch_id = (await self._fetch("batch_insert", batch_params, held))[0]["id"]
-            insert = {"jobs": params["jobs"], "batch_id": batch_id, **graph}
+            insert = {"jobs": params["jobs"], "batch_id": batch_id, "meta": meta, **graph}
             (row,) = await self._fetch("job_insert_graph", insert, held)
             ids = cast(list[int], row["ids"])
             ended = plan.ended_parents(statuses)

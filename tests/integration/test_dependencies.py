@@ -4,8 +4,10 @@ every path that ends a job counts; bad input is refused with nothing written."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -484,3 +486,27 @@ def test_a_provided_connection_carries_the_whole_enqueue(dsn, schema, db):
         " (SELECT count(*) FROM batches) AS batches,"
         " (SELECT count(*) FROM jobs WHERE has_dependents) AS marked"
     ).fetchone() == {"jobs": 1, "edges": 0, "batches": 0, "marked": 0}
+
+
+def test_the_enqueue_hook_wraps_enqueues_with_parents_and_batches(queue, db):
+    """As every enqueue: the hook's headers land in each job's meta, and it is told the
+    ids written (tracing's PRODUCER span rides on this)."""
+    sent: list[list[int]] = []
+
+    class Span:
+        headers = {"traceparent": "00-abc-def-01"}
+
+        def sent(self, job_ids: list[int]) -> None:
+            sent.append(list(job_ids))
+
+    @contextlib.contextmanager
+    def hook(queue_name: str | None, count: int) -> Iterator[Span]:
+        yield Span()
+
+    parent = queue.enqueue("parent")
+    queue.events.enqueue_hook = hook
+    child = queue.enqueue("child", after=[parent])
+    ids = queue.enqueue_many([{"task": "m"}, {"task": "n"}], batch=pgbaton.Batch())
+    assert sent == [[child], ids]
+    rows = db.execute("SELECT meta FROM jobs WHERE id = ANY(%s)", ([child, *ids],)).fetchall()
+    assert [row["meta"] for row in rows] == [{"traceparent": "00-abc-def-01"}] * 3

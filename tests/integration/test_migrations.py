@@ -126,8 +126,9 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     # The comparison is only as good as what it sees: make sure it sees the real thing.
     job_columns = [c["attname"] for c in migrated["columns"] if c["relname"] == "jobs"]
     assert job_columns[:3] == ["id", "queue", "task"]
-    assert job_columns[-3:] == ["has_dependents", "waiting_for", "batch_id"]
-    assert len(job_columns) == 22
+    # Migration 5's columns, then migration 6's meta.
+    assert job_columns[-4:] == ["has_dependents", "waiting_for", "batch_id", "meta"]
+    assert len(job_columns) == 23
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }

@@ -25,8 +25,9 @@ RETURNING id;
 -- name: job_insert_graph
 -- As job_insert_many, for jobs that wait for others or form a batch: each job's
 -- waiting_for (NULL: no parents) and has_dependents come as arrays in input order, the
--- edges as (child position, parent position or existing parent id). Idempotency keys
--- are refused before this statement: every job here is new.
+-- edges as (child position, parent position or existing parent id); meta as in
+-- job_insert_many. Idempotency keys are refused before this statement: every job here
+-- is new.
 WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
@@ -43,13 +44,13 @@ graph AS (
 inserted AS (
     INSERT INTO __schema__.jobs
         (id, queue, task, args, priority, run_at, key, max_attempts, status,
-         waiting_for, has_dependents, batch_id)
+         waiting_for, has_dependents, batch_id, meta)
     SELECT input.id, coalesce(queue, 'default'), task, coalesce(args, '{}'),
            coalesce(priority, 0),
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            key, coalesce(max_attempts, 5),
            CASE WHEN graph.waiting_for > 0 THEN 'waiting' ELSE 'pending' END,
-           graph.waiting_for, graph.has_dependents, %(batch_id)s::bigint
+           graph.waiting_for, graph.has_dependents, %(batch_id)s::bigint, %(meta)s::jsonb
     FROM input JOIN graph USING (position)
     ORDER BY position
 ),

@@ -30,10 +30,10 @@ INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(nam
 
 -- name: job_insert
 -- A job without an idempotency key: a plain insert, the cheapest there is.
-INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts)
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(key)s, %(max_attempts)s)
+        %(key)s, %(max_attempts)s, %(meta)s::jsonb)
 RETURNING id;
 
 -- name: job_insert_idempotent
@@ -43,10 +43,10 @@ RETURNING id;
 -- comes back, and the caller finds and names that job (docs/guarantees.md).
 WITH inserted AS (
     INSERT INTO __schema__.jobs
-        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta)
     VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-            %(key)s, %(idempotency_key)s, %(max_attempts)s)
+            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(meta)s::jsonb)
     ON CONFLICT DO NOTHING
     RETURNING id
 )
@@ -60,7 +60,8 @@ WHERE task = %(task)s AND idempotency_key = %(idempotency_key)s
 -- The jobs arrive as one JSON array (cheaper to send than an array per column), each
 -- job with only the fields that differ from enqueue()'s defaults, which the coalesces
 -- below restore (_base.JOB_DEFAULTS is the same list). Ids are drawn before the insert
--- so that each can be matched to its input position.
+-- so that each can be matched to its input position. `meta` is one for the whole batch
+-- (the trace context of the span around it), sent once rather than in every job.
 WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
@@ -71,10 +72,10 @@ WITH input AS (
 ),
 inserted AS (
     INSERT INTO __schema__.jobs
-        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta)
     SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           key, idempotency_key, coalesce(max_attempts, 5)
+           key, idempotency_key, coalesce(max_attempts, 5), %(meta)s::jsonb
     FROM input ORDER BY position
     ON CONFLICT DO NOTHING  -- as in job_insert_idempotent
     RETURNING id
@@ -157,7 +158,8 @@ claimed AS (
     FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
     WHERE j.id = ANY(candidate.ids)
     RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
-              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
+              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
+              j.meta
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
@@ -279,7 +281,7 @@ RETURNING id;
 -- name: job_get
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at, batch_id, waiting_for
+       started_at, finished_at, batch_id, waiting_for, meta
 FROM __schema__.jobs
 WHERE id = %(id)s;
 

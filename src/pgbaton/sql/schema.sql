@@ -26,6 +26,9 @@ CREATE TABLE __schema__.jobs (
     -- How many of its parents have not finished; NULL for a job without parents.
     waiting_for     integer,
     batch_id        bigint,
+    -- Headers that travel with the job, not handed to its handler: the trace context
+    -- of the span that enqueued it (migration 6). NULL when there are none.
+    meta            jsonb,
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled', 'waiting')),
     CONSTRAINT jobs_waiting_for_parents
@@ -92,6 +95,11 @@ CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_
 -- Pruning finished jobs by age.
 CREATE INDEX jobs_finished ON __schema__.jobs (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
+
+-- The dashboard's failed jobs, newest first, and their count per queue, from this index
+-- alone; only failed rows enter it, so the hot path never writes to it (migration 6).
+CREATE INDEX jobs_failed ON __schema__.jobs (id) INCLUDE (queue)
+    WHERE status = 'failed';
 
 -- One NOTIFY per inserting statement and queue, sent at commit (never on rollback).
 -- The payload is the queue name; listeners wake and claim.
