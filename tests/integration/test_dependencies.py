@@ -8,7 +8,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
@@ -494,7 +494,7 @@ def test_the_enqueue_hook_wraps_enqueues_with_parents_and_batches(queue, db):
     sent: list[list[int]] = []
 
     class Span:
-        headers = {"traceparent": "00-abc-def-01"}
+        headers: ClassVar[dict[str, str]] = {"traceparent": "00-abc-def-01"}
 
         def sent(self, job_ids: list[int]) -> None:
             sent.append(list(job_ids))
