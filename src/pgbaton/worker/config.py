@@ -49,6 +49,10 @@ class WorkerConfig:
     metrics_port: int | None = None
     worker_id: str | None = None
     dsn: str | None = None
+    # A direct connection to PostgreSQL for LISTEN and the maintenance leader's advisory
+    # lock, when `dsn` goes through a transaction pool (PgBouncer): both need a server
+    # session of their own (worker/sessions.py, docs/howto/pgbouncer.md).
+    listen_dsn: str | None = None
     # When set, the worker writes its final statistics there as JSON as it stops (the
     # same counters as Worker.stats), for whoever started it as a process.
     stats_path: str | None = None
@@ -68,6 +72,12 @@ class WorkerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.listen_dsn is not None and (
+            not isinstance(self.listen_dsn, str) or not self.listen_dsn.strip()
+        ):
+            raise InvalidArgument(
+                f"listen_dsn must be a non-empty DSN or None, got {self.listen_dsn!r}"
+            )
         if self.queues is not None and (
             isinstance(self.queues, str)
             or not self.queues

@@ -30,6 +30,7 @@ from ..dsn import with_application_name
 from ..events import EVENTS, Event
 from ..maintenance import Leader, Pruner, Reaper, Scheduler
 from ..models import Claim
+from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from .completer import Completer
 from .config import WorkerConfig, default_worker_id
@@ -38,6 +39,7 @@ from .heartbeat import Heartbeat
 from .held import HeldJobs, Outcome, Running
 from .listener import listen
 from .producer import Producer
+from .sessions import plan_sessions
 from .supervisor import Supervisor
 from .watchdog import LoopWatchdog
 
@@ -109,6 +111,9 @@ class Worker:
 
     async def run(self) -> int:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
+        sessions = await asyncio.to_thread(plan_sessions, self.config, self.queue.dsn)
+        if sessions.pooled is not None:
+            self.queue.prepare = False
         await self.queue.open()
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
@@ -131,10 +136,13 @@ class Worker:
         start("completer", self.completer.run)
         start("heartbeat", self.heartbeat.run)
         start("fence", self.heartbeat.fence)
-        start("listener", lambda: listen(self.queue, self.config.queues, self._wake))
-        if self.config.maintenance:
-            self.leader = self._make_leader()
-            start("leader", self.leader.run)
+        session_connect = sessions.connector(self.queue, f"pgbaton worker {self.worker_id}")
+        if session_connect is not None:  # else polling only (plan_sessions warned)
+            start("listener", lambda: listen(
+                self.queue, self.config.queues, self._wake, connect=session_connect))
+            if self.config.maintenance:
+                self.leader = self._make_leader(session_connect)
+                start("leader", self.leader.run)
         producer = start("producer", self.producer.run)
         try:
             await producer
@@ -159,7 +167,7 @@ class Worker:
         except OSError as error:
             logger.error("could not write the worker's statistics to %s: %s", path, error)
 
-    def _make_leader(self) -> Leader:
+    def _make_leader(self, connect: SessionConnect) -> Leader:
         services: list[Any] = [
             Reaper(self.queue, self.config.reap_interval),
             Pruner(self.queue, self.config.prune_interval, self.config.retention),
@@ -170,7 +178,7 @@ class Worker:
                 catch_up=2 * self.config.elect_interval + 5,
             ))
         return Leader(self.queue, services, elect_interval=self.config.elect_interval,
-                      notify=self._notify)
+                      notify=self._notify, connect=connect)
 
     def _part_failed(self, name: str, error: Exception) -> None:
         self._notify("worker.part_failed", None, error=error, detail={"part": name})
