@@ -150,7 +150,8 @@ def load_app(spec: str) -> App:
 @click.option("--connect-timeout", type=click.FloatRange(min=0), default=60.0,
               show_default=True,
               help="Seconds to keep retrying, with backoff, while the database cannot be "
-                   "reached at start-up (0: give up at once).")
+                   "reached at start-up, by each worker process, restarted ones too "
+                   "(0: give up at once).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="PGBATON_LOG_LEVEL",
               help="Least severe log records shown [or PGBATON_LOG_LEVEL].")
@@ -199,6 +200,7 @@ def worker(
         maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id, stats_path=stats_file,
         metrics_port=metrics_port,
         listen_dsn=normalize_dsn(listen_dsn, "--listen-dsn") if listen_dsn else None,
+        connect_timeout=connect_timeout,
     )
     if processes > 1:  # a refusal is one line here, not one per worker process
         plan_sessions(config, dsn)

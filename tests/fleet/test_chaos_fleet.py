@@ -14,6 +14,7 @@ import contextlib
 import os
 import random
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 
 import pgbaton
 from tests.fleet import chaos, chaos_app, netns, servers
-from tests.runtime.conftest import WorkerProcess
+from tests.runtime.conftest import WorkerProcess, wait_until
 
 WHY_NOT = netns.unavailable() or (
     None if servers.binaries() is not None
@@ -109,3 +110,28 @@ def test_chaos_fleet_every_job_ends_once_and_only_its_last_claim_ends_it(
     assert numbers["SIGSTOP/SIGCONT of a worker process"] >= 1
     assert numbers["PostgreSQL crash and restart"] == 1
     assert numbers[f"host cut off for {2 * chaos.LEASE:g} s and healed"] == 1
+
+
+def test_a_worker_process_restarted_while_postgresql_is_down_waits_for_it(
+    fleet: netns.Fleet, database: servers.Server, chaos_schema: str, tmp_path: Path,
+) -> None:
+    """A worker process that its supervisor restarts during an outage retries its first
+    connection (--connect-timeout) instead of dying again and again until the
+    supervisor gives up on the whole host; once the server is back it works."""
+    host = chaos.start_host(fleet, 1, database, chaos_schema, tmp_path / "host.log")
+    try:
+        database.stop()
+        os.kill(chaos.worker_pids(host)[0], signal.SIGKILL)
+        host.wait_for_log("restarted worker process", timeout=30)
+        host.wait_for_log("cannot reach the database yet", timeout=30)
+        time.sleep(3)  # the outage goes on: a process that gave up would die meanwhile
+        database.start()
+        with pgbaton.Queue(database.socket_dsn, schema=chaos_schema) as queue:
+            queue.enqueue_many([{"task": "chaos_work", "args": {}} for _ in range(100)])
+            wait_until(lambda: sum(s.done for s in queue.stats()) == 100,
+                       60, "100 jobs done after the outage")
+        log = host.log()
+        assert " died with status" not in log, log[-3000:]
+        assert len(chaos.worker_pids(host)) == 2
+    finally:
+        host.kill()

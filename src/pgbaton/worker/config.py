@@ -56,6 +56,10 @@ class WorkerConfig:
     # When set, the worker writes its final statistics there as JSON as it stops (the
     # same counters as Worker.stats), for whoever started it as a process.
     stats_path: str | None = None
+    # Seconds to keep retrying, with backoff, while the database cannot be reached as the
+    # worker starts: a worker process restarted while PostgreSQL restarts or fails over
+    # waits for it instead of dying (and its supervisor giving up on it).
+    connect_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -64,6 +68,7 @@ class WorkerConfig:
         ):
             _check_positive(name, getattr(self, name))
         _check_positive("shutdown_grace", self.shutdown_grace, zero_ok=True)
+        _check_positive("connect_timeout", self.connect_timeout, zero_ok=True)
         if not 0 < self.loop_block_fraction < 1:
             raise InvalidArgument(
                 f"loop_block_fraction must be between 0 and 1, got {self.loop_block_fraction!r}"

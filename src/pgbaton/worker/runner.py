@@ -39,7 +39,7 @@ from .heartbeat import Heartbeat
 from .held import HeldJobs, Outcome, Running
 from .listener import listen
 from .producer import Producer
-from .sessions import plan_sessions
+from .sessions import open_when_reachable
 from .supervisor import Supervisor
 from .watchdog import LoopWatchdog
 
@@ -111,10 +111,7 @@ class Worker:
 
     async def run(self) -> int:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
-        sessions = await asyncio.to_thread(plan_sessions, self.config, self.queue.dsn)
-        if sessions.pooled is not None:
-            self.queue.prepare = False
-        await self.queue.open()
+        sessions = await open_when_reachable(self.config, self.queue)
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
             loop,

@@ -1,4 +1,5 @@
-"""Which connection each part of a worker uses when its DSN may go through PgBouncer.
+"""How a worker gets its connections as it starts: waiting for a database that cannot be
+reached yet, and which connection each part uses when its DSN may go through PgBouncer.
 
 Claims, heartbeats and completions are one statement each and run anywhere, a
 transaction pool included (without server-side prepared statements there). LISTEN and
@@ -10,17 +11,22 @@ the lock on a connection others share.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from dataclasses import dataclass
 
 from .. import _database_async as database
 from ..dsn import normalize_dsn, redact_dsn, with_application_name
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ConnectionFailed
 from ..pooling import SessionConnect, transaction_pool_evidence
 from ..queue_async import AsyncQueue
 from .config import WorkerConfig
 
 logger = logging.getLogger("pgbaton.worker")
+
+RECONNECT_FIRST_SECONDS = 0.5
+RECONNECT_MAX_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -70,3 +76,27 @@ def plan_sessions(config: WorkerConfig, dsn: str) -> Sessions:
         config.poll_interval,
     )
     return Sessions(pooled, None)
+
+
+async def open_when_reachable(config: WorkerConfig, queue: AsyncQueue) -> Sessions:
+    """Probe the DSNs and open the queue's pool; while the server cannot be reached, retry
+    with jittered backoff for up to `config.connect_timeout` seconds. Other errors (a
+    schema out of date, a refused configuration) are not retried."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.connect_timeout
+    pause = RECONNECT_FIRST_SECONDS
+    while True:
+        try:
+            sessions = await asyncio.to_thread(plan_sessions, config, queue.dsn)
+            if sessions.pooled is not None:
+                queue.prepare = False
+            await queue.open()
+            return sessions
+        except ConnectionFailed as error:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            wait = min(left, pause * random.uniform(0.75, 1.0))
+            logger.warning("cannot reach the database yet: %s; retrying in %.1f s", error, wait)
+            await asyncio.sleep(wait)
+            pause = min(pause * 2, RECONNECT_MAX_SECONDS)
