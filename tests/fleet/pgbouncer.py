@@ -23,15 +23,23 @@ from tests.fleet.servers import free_port
 RUN_AS = "postgres"
 
 
+def binary() -> str | None:
+    """Debian installs it in /usr/sbin, which not every PATH holds."""
+    found = shutil.which("pgbouncer")
+    if found is None and os.access("/usr/sbin/pgbouncer", os.X_OK):
+        found = "/usr/sbin/pgbouncer"
+    return found
+
+
 def unavailable() -> str | None:
     """Why no PgBouncer can be started here, or None when it can."""
-    if shutil.which("pgbouncer") is None:
+    if binary() is None:
         return "needs Debian's pgbouncer (apt-get install pgbouncer)"
     return None
 
 
 def version() -> str:
-    done = subprocess.run(["pgbouncer", "--version"], capture_output=True, text=True,
+    done = subprocess.run([str(binary()), "--version"], capture_output=True, text=True,
                           check=True)
     return done.stdout.split()[1]
 
@@ -97,7 +105,7 @@ ignore_startup_parameters = extra_float_digits,options
 """)
     for path in folder.iterdir():
         path.chmod(0o644)
-    command = ["pgbouncer", str(folder / "pgbouncer.ini")]
+    command = [str(binary()), str(folder / "pgbouncer.ini")]
     if os.geteuid() == 0:
         command[1:1] = ["-u", RUN_AS]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
