@@ -229,3 +229,19 @@ def test_the_doctor_names_a_pooled_dsn(
             assert conn.execute("SHOW statement_timeout").fetchone() == ("0",)
     direct = run_doctor(server_dsn, queue.schema)["connection_pooling"]
     assert direct["status"] == "ok"
+
+
+def test_an_unreachable_listen_dsn_is_one_line_naming_it(app_schema: str, server_dsn: str) -> None:
+    """A listen DSN nobody answers: after --connect-timeout, one line that says it was
+    the listen DSN, without its password, and exit 1."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pgbaton", "worker", "tests.runtime.app_under_test:app",
+         "--dsn", server_dsn, "--schema", app_schema, "--connect-timeout", "0",
+         "--listen-dsn", "postgresql://postgres:hunter2@127.0.0.1:1/test"],
+        capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
+        env={"PYTHONPATH": str(ROOT), "PGBATON_TEST_SCHEMA": app_schema, "PATH": "/usr/bin"},
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the listen DSN" in lines[0], done.stderr
+    assert "hunter2" not in done.stderr

@@ -54,7 +54,10 @@ def plan_sessions(config: WorkerConfig, dsn: str) -> Sessions:
     pooled = transaction_pool_evidence(dsn)
     if config.listen_dsn is not None:
         listen_dsn = normalize_dsn(config.listen_dsn, "the listen DSN")
-        listen_pooled = transaction_pool_evidence(listen_dsn)
+        try:
+            listen_pooled = transaction_pool_evidence(listen_dsn)
+        except ConnectionFailed as error:
+            raise ConnectionFailed(f"the listen DSN: {error}") from error
         if listen_pooled is not None:
             raise ConfigurationError(
                 f"the listen DSN ({redact_dsn(listen_dsn)}) must reach PostgreSQL directly, "
