@@ -74,9 +74,10 @@ class PgBouncer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start(server_dsn: str, *, pool_size: int = 4, pool_mode: str = "transaction") -> PgBouncer:
-    """PgBouncer on 127.0.0.1 (a free port) for the database of server_dsn; returns once
-    a query goes through it."""
+def start(server_dsn: str, *, pool_size: int = 4, pool_mode: str = "transaction",
+          settings: str = "") -> PgBouncer:
+    """PgBouncer on 127.0.0.1 (a free port) for the database of server_dsn, with more
+    `settings` lines for its [pgbouncer] section; returns once a query goes through it."""
     server = {k: str(v) for k, v in conninfo_to_dict(server_dsn).items()}
     # A folder the unprivileged user can read: pytest's own are private to root.
     folder = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
@@ -102,6 +103,7 @@ max_client_conn = 200
 logfile = {folder / "pgbouncer.log"}
 ; PgBouncer before 1.21 passes `options` on to no server and refuses it by default
 ignore_startup_parameters = extra_float_digits,options
+{settings}
 """)
     for path in folder.iterdir():
         path.chmod(0o644)

@@ -66,6 +66,15 @@ def test_the_probe_tells_a_transaction_pool_from_a_session(
         session_pool.stop()
     evidence = transaction_pool_evidence(bouncer.dsn)
     assert evidence is not None and "server process" in evidence
+    # Handing out the least recently used server connection instead, or a pool of one
+    # (where a pinned transaction makes everyone else wait): found all the same.
+    for pool_size, settings in ((4, "server_round_robin = 1"), (1, "")):
+        other = pgbouncer.start(server_dsn, pool_size=pool_size, settings=settings)
+        try:
+            for _ in range(5):
+                assert transaction_pool_evidence(other.dsn) is not None, settings
+        finally:
+            other.stop()
 
 
 def test_the_data_plane_runs_through_the_pool(
