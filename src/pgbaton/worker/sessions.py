@@ -91,7 +91,8 @@ async def open_when_reachable(config: WorkerConfig, queue: AsyncQueue) -> Sessio
     while True:
         try:
             sessions = await asyncio.to_thread(plan_sessions, config, queue.dsn)
-            if sessions.pooled is not None:
+            if sessions.pooled is not None or config.listen_dsn is not None:
+                # A listen DSN says the DSN is pooled even where the probe saw no proof.
                 queue.prepare = False
             await queue.open()
             return sessions
