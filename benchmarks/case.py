@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import logging
 import random
@@ -102,7 +101,7 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"pre-enqueued {jobs} jobs but {stored} are pending")
     PROBE.reset()
     capped = False
-    with RssSampler() as rss:
+    with RssSampler(system.worker_pid) as rss:
         launched = time.perf_counter()
         await system.start_worker(concurrency)
         try:
@@ -159,7 +158,7 @@ async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
         await PROBE.wait_started(n + 1, 30, alive=system.check_worker)
         await wait_until_finished(system, 30, 0.005)
     await asyncio.sleep(1.0)
-    rss_idle = rss_bytes()
+    rss_idle = rss_bytes(system.worker_pid())
     latencies: list[float] = []
     enqueue_calls: list[float] = []
     for seq in range(jobs):
@@ -254,9 +253,7 @@ async def prepare(system_name: str, dsn: str) -> dict[str, Any]:
 def check(system_name: str) -> dict[str, Any]:
     """Import the system and report its version, without touching a database."""
     system = load(system_name)
-    version = None
-    if system.distribution:
-        version = importlib.metadata.version(system.distribution)
+    version = system.installed_version()
     return {
         "name": system.name,
         "label": system.label,

@@ -42,7 +42,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 INSTALL_FAILURES = ROOT / ".venv-bench" / "install-failures.txt"
 # The requirement line of requirements-peers.txt that brings each peer.
 REQUIREMENTS = {"procrastinate": "procrastinate", "pgqueuer": "pgqueuer", "chancy": "chancy",
-                "awa": "awa-pg"}
+                "awa": "awa-pg", "graphile": "graphile-worker",
+                "graphile_b": "graphile-worker"}
 
 
 @dataclass

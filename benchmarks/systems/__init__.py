@@ -11,10 +11,13 @@ from .base import System
 SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton": ("pgbaton_system", "PgbatonSystem"),
     "pgbaton_sub": ("pgbaton_system", "PgbatonSubscribedSystem"),
+    "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
     "procrastinate": ("procrastinate_system", "ProcrastinateSystem"),
     "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),
     "chancy": ("chancy_system", "ChancySystem"),
     "awa": ("awa_system", "AwaSystem"),
+    "graphile": ("graphile_system", "GraphileDefaults"),
+    "graphile_b": ("graphile_system", "GraphileTuned"),
     "raw1": ("raw_system", "RawSQL1"),
     "raw100": ("raw_system", "RawSQL100"),
     "rawpoll": ("raw_system", "RawSQLBusyPoll"),

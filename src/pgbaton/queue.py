@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import threading
 import datetime as dt
-from collections.abc import Iterator, Iterable, Mapping, Sequence
+from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 import psycopg
 import psycopg_pool
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import JsonbLoader
 
 from . import _database as database
 from . import _sql
@@ -75,9 +76,14 @@ class Queue:
         schema: str = "pgbaton",
         pool_size: int = 4,
         events: Events | None = None,
+        connection_provider: Callable[[], CallerConnection | None] | None = None,
         prepare: bool = True,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
+        # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
+        # connection whose transaction the job joins (a framework's current one), or
+        # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
+        self.connection_provider = connection_provider
         # False for a DSN through a transaction pool (PgBouncer before 1.21, or without
         # max_prepared_statements): a statement prepared on one server connection is
         # unknown on the next, so the pool's connections prepare none. Read at open.
@@ -185,6 +191,9 @@ class Queue:
                 database.check_schema(conn, self.schema)
                 self._schema_checked = True
             with conn.cursor(row_factory=dict_row) as cursor:
+                # A caller's connection may load jsonb its own way (Django's returns
+                # text); pgbaton's rows want it parsed, as on its own connections.
+                cursor.adapters.register_loader("jsonb", JsonbLoader)
                 cursor.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
         with self._connection() as pooled:
@@ -231,11 +240,28 @@ class Queue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
+        conn = self._provided(conn)
         if idempotency_key is None:
             job_id = int((self._fetch("job_insert", params, conn))[0]["id"])
             self._enqueued(job_id, task, queue)
             return job_id
         return (self._insert_idempotent(params, conn)).id
+
+    def _provided(
+        self, conn: CallerConnection | None
+    ) -> CallerConnection | None:
+        """conn, else what the connection provider gives (None: the pool)."""
+        if conn is not None or self.connection_provider is None:
+            return conn
+        provided = self.connection_provider()
+        if provided is None:
+            return None
+        try:
+            return psycopg_connection(provided, psycopg.Connection)
+        except InvalidArgument as error:
+            raise InvalidArgument(
+                f"the queue's connection_provider gave what conn= cannot be: {error}"
+            ) from None
 
     def _enqueued(self, job_id: int, task: str, queue: str) -> None:
         if self.events.active:
@@ -266,7 +292,7 @@ class Queue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
-        return self._insert_idempotent(params, conn)
+        return self._insert_idempotent(params, self._provided(conn))
 
     def _insert_idempotent(
         self, params: Mapping[str, Any], conn: CallerConnection | None
@@ -309,7 +335,7 @@ class Queue:
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        ids = self._insert_many(params, conn)
+        ids = self._insert_many(params, self._provided(conn))
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
@@ -525,15 +551,17 @@ class Queue:
         queue: str | None = None,
         task: str | None = None,
         limit: int = 100,
+        conn: CallerConnection | None = None,
     ) -> list[Job]:
-        """The newest jobs first, filtered by status, queue and task."""
+        """The newest jobs first, filtered by status, queue and task; with conn=, as the
+        caller's transaction sees them (its own enqueues not yet committed included)."""
         params = {
             "status": check_status(status),
             "queue": check_filter("queue", queue),
             "task": check_filter("task", task),
             "limit": check_limit(limit),
         }
-        return [Job.from_row(row) for row in self._fetch("job_list", params)]
+        return [Job.from_row(row) for row in self._fetch("job_list", params, conn)]
 
     def stats(self) -> list[QueueStats]:
         """Per queue: jobs by status, expired leases, age of the oldest claimable job."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import psycopg
 import psycopg_pool
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import JsonbLoader
 
 from . import _database_async as database
 from . import _sql
@@ -73,9 +74,14 @@ class AsyncQueue:
         schema: str = "pgbaton",
         pool_size: int = 4,
         events: Events | None = None,
+        connection_provider: Callable[[], AsyncCallerConnection | None] | None = None,
         prepare: bool = True,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
+        # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
+        # connection whose transaction the job joins (a framework's current one), or
+        # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
+        self.connection_provider = connection_provider
         # False for a DSN through a transaction pool (PgBouncer before 1.21, or without
         # max_prepared_statements): a statement prepared on one server connection is
         # unknown on the next, so the pool's connections prepare none. Read at open.
@@ -183,6 +189,9 @@ class AsyncQueue:
                 await database.check_schema(conn, self.schema)
                 self._schema_checked = True
             async with conn.cursor(row_factory=dict_row) as cursor:
+                # A caller's connection may load jsonb its own way (Django's returns
+                # text); pgbaton's rows want it parsed, as on its own connections.
+                cursor.adapters.register_loader("jsonb", JsonbLoader)
                 await cursor.execute(query, params)
                 return await cursor.fetchall() if cursor.description else []
         async with self._connection() as pooled:
@@ -229,11 +238,28 @@ class AsyncQueue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
+        conn = await self._provided(conn)
         if idempotency_key is None:
             job_id = int((await self._fetch("job_insert", params, conn))[0]["id"])
             self._enqueued(job_id, task, queue)
             return job_id
         return (await self._insert_idempotent(params, conn)).id
+
+    async def _provided(
+        self, conn: AsyncCallerConnection | None
+    ) -> AsyncCallerConnection | None:
+        """conn, else what the connection provider gives (None: the pool)."""
+        if conn is not None or self.connection_provider is None:
+            return conn
+        provided = self.connection_provider()
+        if provided is None:
+            return None
+        try:
+            return await psycopg_connection(provided, psycopg.AsyncConnection)
+        except InvalidArgument as error:
+            raise InvalidArgument(
+                f"the queue's connection_provider gave what conn= cannot be: {error}"
+            ) from None
 
     def _enqueued(self, job_id: int, task: str, queue: str) -> None:
         if self.events.active:
@@ -264,7 +290,7 @@ class AsyncQueue:
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
         )
-        return await self._insert_idempotent(params, conn)
+        return await self._insert_idempotent(params, await self._provided(conn))
 
     async def _insert_idempotent(
         self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
@@ -307,7 +333,7 @@ class AsyncQueue:
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        ids = await self._insert_many(params, conn)
+        ids = await self._insert_many(params, await self._provided(conn))
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
@@ -523,15 +549,17 @@ class AsyncQueue:
         queue: str | None = None,
         task: str | None = None,
         limit: int = 100,
+        conn: AsyncCallerConnection | None = None,
     ) -> list[Job]:
-        """The newest jobs first, filtered by status, queue and task."""
+        """The newest jobs first, filtered by status, queue and task; with conn=, as the
+        caller's transaction sees them (its own enqueues not yet committed included)."""
         params = {
             "status": check_status(status),
             "queue": check_filter("queue", queue),
             "task": check_filter("task", task),
             "limit": check_limit(limit),
         }
-        return [Job.from_row(row) for row in await self._fetch("job_list", params)]
+        return [Job.from_row(row) for row in await self._fetch("job_list", params, conn)]
 
     async def stats(self) -> list[QueueStats]:
         """Per queue: jobs by status, expired leases, age of the oldest claimable job."""

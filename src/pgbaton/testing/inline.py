@@ -155,6 +155,9 @@ def _describe(error: BaseException | str | None) -> str:
 
 
 class _NoDatabase:
+    # Inline mode joins no transaction (assertions ask this before they read).
+    connection_provider = None
+
     def __init__(self, jobs: InlineJobs) -> None:
         self._jobs = jobs
 
