@@ -38,6 +38,20 @@ def unavailable() -> str | None:
     return None
 
 
+def cannot_reach(server_dsn: str) -> str | None:
+    """Why PgBouncer, running as RUN_AS, could not reach the server, or None: a server on
+    a Unix socket in a folder private to root (the embedded server of the tests) is out
+    of its reach."""
+    host = str(conninfo_to_dict(server_dsn).get("host") or "")
+    if not host.startswith("/") or os.geteuid() != 0:
+        return None
+    done = subprocess.run(["runuser", "-u", RUN_AS, "--", "test", "-x", host], check=False)
+    if done.returncode != 0:
+        return (f"the server's socket folder {host} is private to root, and PgBouncer runs "
+                f"as {RUN_AS} (PGBATON_TEST_DSN on TCP runs these tests)")
+    return None
+
+
 def version() -> str:
     done = subprocess.run([str(binary()), "--version"], capture_output=True, text=True,
                           check=True)

@@ -33,6 +33,9 @@ LEADER_LOCK = ("SELECT l.pid FROM pg_locks AS l WHERE l.locktype = 'advisory' AN
 
 @pytest.fixture
 def bouncer(server_dsn: str) -> Iterator[pgbouncer.PgBouncer]:
+    why_not = pgbouncer.cannot_reach(server_dsn)
+    if why_not is not None:
+        pytest.skip(f"no PgBouncer in front of this server: {why_not}")
     started = pgbouncer.start(server_dsn, pool_size=4)
     yield started
     started.stop()
