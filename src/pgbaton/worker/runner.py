@@ -11,6 +11,12 @@
 
 Every part runs under the Supervisor (supervisor.py), which restarts it when it raises
 and ends the worker when it keeps failing. No transaction is open while a handler runs.
+The connections it starts with (a direct one for LISTEN and the leader behind
+PgBouncer) are chosen by sessions.py.
+
+Over 400 lines: besides the wiring, the worker is where every part's outcome meets the
+App (counting, logging, events, letting go of claims at shutdown); split further, each
+piece would need the whole Worker anyway.
 """
 
 from __future__ import annotations
