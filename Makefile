@@ -33,7 +33,8 @@ generate: $(VENV)/.installed
 model: $(VENV)/.installed
 	$(PY) -m tests.fleet.spin_model
 
-# The long failover runs (and, where allowed, the fleet); prints the tables of numbers.
+# The long failover runs and, where network namespaces are allowed, the fleet runs (the
+# randomised one at 50,000 jobs: PGBATON_CHAOS_JOBS=N to change); prints their tables.
 chaos: $(VENV)/.installed
 	PGBATON_CHAOS=1 $(PY) -m pytest tests/fleet -k chaos -s $(PYTEST_ARGS)
 
