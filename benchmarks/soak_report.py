@@ -161,6 +161,9 @@ class Soak:
                 abs(drift) < RSS_LIMIT))
         return found
 
+    def overloads(self) -> list[str]:
+        return overload_lines(self.rows, self.rate)
+
     def passed(self) -> bool:
         return self.worker_exit == 0 and all(c.passed for c in self.criteria())
 
@@ -190,6 +193,7 @@ class Soak:
             lines.append(f"correlation of each sample's claim p99 with the load average: "
                          f"{statistics.correlation(claims, loads):+.2f}; enqueue p99: "
                          f"{statistics.correlation(enqueues, loads):+.2f}")
+        lines += self.overloads()
         dead = [row["dead_tuples"] for row in self.rows]
         lines.append(f"dead tuples: max {max(dead):.0f}; autovacuums of the jobs table: "
                      f"{self.rows[-1]['autovacuum_count']:.0f}; rows pruned: "
@@ -199,6 +203,29 @@ class Soak:
                      f"{self.rows[-1]['producer_lag_jobs']:.0f} jobs; worker exit status "
                      f"{self.worker_exit}")
         return lines
+
+
+def _episodes(rows: list[dict[str, Any]], behind: float) -> list[list[dict[str, Any]]]:
+    """Runs of consecutive samples whose backlog is above `behind` jobs."""
+    episodes: list[list[dict[str, Any]]] = []
+    for previous, row in zip([None, *rows], rows, strict=False):
+        if row["pending"] > behind:
+            if previous is None or previous["pending"] <= behind:
+                episodes.append([])
+            episodes[-1].append(row)
+    return episodes
+
+
+def overload_lines(rows: list[dict[str, Any]], rate: float) -> list[str]:
+    """The stretches in which the worker fell behind by more than 10 s of load: a
+    machine too busy to run it shows as one, and the table must hold that backlog."""
+    return [
+        f"behind by more than 10 s of load in minutes {run[0]['elapsed_s'] / 60:.1f}-"
+        f"{run[-1]['elapsed_s'] / 60:.1f}: backlog up to {max(r['pending'] for r in run):.0f} "
+        f"jobs, load average up to {max(r['load1'] for r in run):.1f}, worker CPU down to "
+        f"{min(r['worker_cpu_pct'] for r in run):.0f}%"
+        for run in _episodes(rows, rate * 10)
+    ]
 
 
 def verdict_markdown(soak: Soak, plot_name: str) -> str:
@@ -289,7 +316,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     axes[-1].set_xlabel("minutes")
     figure.suptitle("pgbaton soak: steady load, pruner on, embedded PostgreSQL, "
                     "one sample every 10 s")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.98))
     figure.savefig(path, dpi=80)
     plt.close(figure)
 
@@ -298,5 +325,8 @@ if __name__ == "__main__":
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
         sys.exit("usage: python -m benchmarks.soak_report PATH.csv (an existing soak CSV)")
     source = Path(sys.argv[1])
-    plot(read_csv(source), source.with_suffix(".png"))
+    samples = read_csv(source)
+    plot(samples, source.with_suffix(".png"))
     print(f"drew {source.with_suffix('.png')}")
+    rate = samples[-1]["enqueued_total"] / samples[-1]["elapsed_s"]
+    print("\n".join(overload_lines(samples, rate)) or "never behind by 10 s of load")
