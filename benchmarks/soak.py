@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import math
 import multiprocessing
 import os
 import queue
@@ -83,10 +84,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="path prefix of the .csv, .png and .md written")
     args = parser.parse_args(argv)
     for name in ("minutes", "retention", "prune_interval", "interval", "tick"):
-        if not getattr(args, name) > 0:
+        if not 0 < getattr(args, name) < math.inf:
             parser.error(f"--{name.replace('_', '-')} must be a positive number, "
                          f"got {getattr(args, name)}")
-    if args.rate is not None and not args.rate > 0:
+    if args.rate is not None and not 0 < args.rate < math.inf:
         parser.error(f"--rate must be a positive number of jobs per second, got {args.rate}")
     for name in ("drain_jobs", "concurrency"):
         if getattr(args, name) < 1:
