@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint generate clean bench docs model chaos
+.PHONY: demo test lint generate clean bench docs model chaos soak
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ chaos: $(VENV)/.installed
 bench:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
 	.venv-bench/bin/python -m benchmarks.run $(BENCH_ARGS)
+
+# Steady load at half the measured drain for 30 minutes on the embedded PostgreSQL 18;
+# writes benchmarks/results/soak.{csv,png,md} (benchmarks/README.md, "The soak").
+soak:
+	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
+	.venv-bench/bin/python -m benchmarks.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-bench .pytest_cache .mypy_cache .ruff_cache site
