@@ -125,12 +125,14 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
 
     # The comparison is only as good as what it sees: make sure it sees the real thing.
     assert [c["attname"] for c in migrated["columns"]][:3] == ["id", "queue", "task"]
-    assert len(migrated["columns"]) == 19
+    assert len([c for c in migrated["columns"] if c["relname"] == "jobs"]) == 19
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }
     assert [t["tgname"] for t in migrated["triggers"]] == ["jobs_notify_inserted"]
-    assert [f["proname"] for f in migrated["functions"]] == ["jobs_notify_inserted"]
+    assert {f["proname"] for f in migrated["functions"]} >= {
+        "jobs_notify_inserted", "job_claim_flow",
+    }
     assert "fillfactor=70" in migrated["tables"][0]["reloptions"]
     assert all(
         "SCHEMA." in i["indexdef"] and schema not in i["indexdef"] for i in migrated["indexes"]

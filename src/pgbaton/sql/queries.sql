@@ -123,6 +123,11 @@ WITH candidate AS (
           AND c.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
           AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+          -- Paused and limited queues are job_claim_flow's (docs/flow_control.md): one
+          -- read of the small queues table per claim, then a comparison per row.
+          AND c.queue <> ALL (ARRAY(
+                SELECT q.name FROM __schema__.queues AS q
+                WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
           -- Three probes, one per index, so each costs one index lookup whatever the
           -- number of running jobs: the key's running job, a job of the key cancelled
           -- while its handler ran and not yet let go, then an older pending job.
@@ -160,6 +165,89 @@ claimed AS (
               j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
+
+-- name: job_claim_flow
+-- The claim when some queue is paused or limited (docs/flow_control.md): the function
+-- job_claim_flow in schema.sql locks the limited queues' rows, counts what they hold
+-- and started after the lock, and claims queue by queue from jobs_queue_claimable. It
+-- returns the claimed jobs in claim order and, when a rate-limited queue is full, one
+-- more row with no job whose next_slot_at says when its next start is due.
+SELECT * FROM __schema__.job_claim_flow(
+    %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[]);
+
+-- name: queue_flow_state
+-- What the claim needs to know, cheaply: whether any queue is paused or limited (then
+-- claims go through job_claim_flow), and which are limited (their completions wake the
+-- fleet, since a finished job frees room that another worker may be waiting for).
+SELECT count(*) AS controlled,
+       coalesce(array_agg(name ORDER BY name) FILTER (
+           WHERE NOT paused AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL)),
+           '{}') AS limited
+FROM __schema__.queues
+WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL;
+
+-- name: queue_notify_freed
+-- Jobs of limited queues finished: wake the workers of those queues (payload: queue).
+SELECT pg_notify(%(channel)s, freed.queue)
+FROM unnest(%(queues)s::text[]) AS freed(queue);
+
+-- name: queue_set_paused
+-- Pausing waits for claims that hold the queue's row (a limited queue's) to commit; a
+-- claim that begins after it commits takes none of the queue's jobs. Resuming wakes the
+-- queue's workers.
+WITH changed AS (
+    INSERT INTO __schema__.queues AS q (name, paused)
+    VALUES (%(name)s, %(paused)s)
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING q.name, q.paused
+)
+SELECT changed.name, changed.paused,
+       CASE WHEN NOT changed.paused THEN pg_notify(%(channel)s, changed.name) END AS woken
+FROM changed;
+
+-- name: queue_set_limits
+-- Each limit is changed only when its set_* flag is true; NULL removes it. Wakes the
+-- queue's workers, since a raised limit may let jobs start now.
+WITH changed AS (
+    INSERT INTO __schema__.queues AS q (name, concurrency, rate_limit, rate_period)
+    VALUES (%(name)s, %(concurrency)s, %(rate_limit)s,
+            make_interval(secs => %(rate_period)s::float8))
+    ON CONFLICT (name) DO UPDATE SET
+        concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
+                           ELSE q.concurrency END,
+        rate_limit  = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+        rate_period = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_period ELSE q.rate_period END,
+        updated_at  = now()
+    RETURNING q.name, q.paused, q.concurrency, q.rate_limit, q.rate_period, q.updated_at
+)
+SELECT changed.*, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
+
+-- name: queue_settings_list
+-- Every queue that has a setting or a pending or held job, with its settings (none for a
+-- queue without a row) and how many jobs it holds now.
+WITH RECURSIVE pending_queue(name) AS (
+    (SELECT j.queue FROM __schema__.jobs AS j WHERE j.status = 'pending'
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM __schema__.jobs AS j
+            WHERE j.status = 'pending' AND j.queue > p.name ORDER BY j.queue LIMIT 1)
+    FROM pending_queue AS p WHERE p.name IS NOT NULL
+),
+named AS (
+    SELECT name FROM pending_queue WHERE name IS NOT NULL
+    UNION
+    SELECT name FROM __schema__.queues
+    UNION
+    SELECT DISTINCT queue FROM __schema__.jobs WHERE lease_until IS NOT NULL
+)
+SELECT named.name, coalesce(q.paused, false) AS paused, q.concurrency, q.rate_limit,
+       extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+       (SELECT count(*) FROM __schema__.jobs AS h
+        WHERE h.queue = named.name AND h.lease_until IS NOT NULL) AS held,
+       q.updated_at
+FROM named LEFT JOIN __schema__.queues AS q ON q.name = named.name
+WHERE %(name)s::text IS NULL OR named.name = %(name)s
+ORDER BY named.name;
 
 -- name: job_heartbeat_many
 -- The *_many statements return the input positions they changed: two claims of one

@@ -1,3 +1,183 @@
 -- Expand only (docs/guarantees.md, "Rolling deploys"): flow control (issue 14: queues, limits, pause).
--- (Placeholder: filled in by the change that needs it.)
-SELECT 1;
+-- New tables, new indexes and a new function; nothing the previous release uses changes.
+-- The previous release's workers do not know these tables: a limit or a pause binds
+-- only the workers of this release (docs/flow_control.md). The index builds hold a
+-- write lock on the jobs table while they scan it: on a large table, run this
+-- migration at a quiet time.
+
+-- One row per queue that has a setting; a queue without a row has none.
+CREATE TABLE __schema__.queues (
+    name        text        PRIMARY KEY,
+    -- Paused: the claim takes none of the queue's jobs; running ones finish.
+    paused      boolean     NOT NULL DEFAULT false,
+    -- At most this many of the queue's jobs held at once (running, or cancelled under a
+    -- handler that may still run), across every worker.
+    concurrency integer,
+    -- At most rate_limit claims in any sliding window of rate_period.
+    rate_limit  integer,
+    rate_period interval,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT queues_concurrency_positive CHECK (concurrency IS NULL OR concurrency >= 1),
+    CONSTRAINT queues_rate_whole CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT queues_rate_positive
+        CHECK (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period > interval '0'))
+);
+
+-- The starts of rate-limited queues inside their window: the exact sliding window.
+-- Written and pruned only by job_claim_flow under the queue's row lock.
+CREATE TABLE __schema__.queue_starts (
+    queue      text        NOT NULL,
+    started_at timestamptz NOT NULL
+);
+CREATE INDEX queue_starts_window ON __schema__.queue_starts (queue, started_at);
+
+-- The flow claim reads one queue's claimable jobs at a time, so jobs of a paused or
+-- full queue are never walked; and it finds the queues that have pending jobs by
+-- skipping from one queue to the next along this index.
+CREATE INDEX jobs_queue_claimable ON __schema__.jobs (queue, priority DESC, run_at, id)
+    WHERE status = 'pending';
+
+-- A limited queue's held jobs, counted under its lock (bounded by the limit).
+CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
+    WHERE lease_until IS NOT NULL;
+
+-- The claim of a fleet that has flow control (docs/flow_control.md). A function
+-- because each statement in it takes a fresh snapshot: the queue rows are locked
+-- first, and the held jobs and starts are counted after the lock is granted, so a
+-- claim committed by the previous holder of the lock is always counted. One statement
+-- could not: its snapshot predates its wait for the lock. Claims of limited queues
+-- take turns on the queue's row; claims of unlimited queues still never wait.
+CREATE FUNCTION __schema__.job_claim_flow(
+    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[])
+RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
+               task text, args jsonb, key text, queue text, priority integer,
+               run_at timestamptz, lease_until timestamptz, idempotency_key text,
+               created_at timestamptz, next_slot_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    clock timestamptz;
+    serving text[];
+BEGIN
+    -- As job_claim_many: a claim lost in a crash is what an expired lease is anyway.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    -- Name order, so two claims never wait for each other in a circle.
+    PERFORM 1 FROM __schema__.queues AS q
+    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
+      AND (only_queues IS NULL OR q.name = ANY(only_queues))
+    ORDER BY q.name
+    FOR NO KEY UPDATE;
+    clock := clock_timestamp();
+
+    IF only_queues IS NULL THEN
+        -- The queues that have pending jobs: one index descent per queue.
+        serving := ARRAY(
+            WITH RECURSIVE pending_queue(name) AS (
+                (SELECT j.queue FROM __schema__.jobs AS j
+                 WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.queue FROM __schema__.jobs AS j
+                        WHERE j.status = 'pending' AND j.queue > p.name
+                        ORDER BY j.queue LIMIT 1)
+                FROM pending_queue AS p WHERE p.name IS NOT NULL
+            )
+            SELECT p.name FROM pending_queue AS p WHERE p.name IS NOT NULL);
+    ELSE
+        serving := only_queues;
+    END IF;
+
+    DELETE FROM __schema__.queue_starts AS s
+    USING __schema__.queues AS q
+    WHERE s.queue = q.name AND q.name = ANY(serving) AND q.rate_limit IS NOT NULL
+      AND NOT q.paused AND s.started_at <= clock - q.rate_period;
+
+    RETURN QUERY
+    WITH allowance AS (
+        SELECT s.name,
+               least(wanted,
+                     q.concurrency - (
+                         SELECT count(*) FROM (
+                             SELECT 1 FROM __schema__.jobs AS h
+                             WHERE h.queue = s.name AND h.lease_until IS NOT NULL
+                             LIMIT q.concurrency) AS held),
+                     q.rate_limit - (
+                         SELECT count(*) FROM __schema__.queue_starts AS st
+                         WHERE st.queue = s.name
+                           AND st.started_at > clock - q.rate_period)) AS room
+        FROM (SELECT DISTINCT u.name FROM unnest(serving) AS u(name)) AS s
+        LEFT JOIN __schema__.queues AS q ON q.name = s.name
+        WHERE NOT coalesce(q.paused, false)
+    ),
+    picked AS (
+        SELECT c.id
+        FROM allowance AS a
+        CROSS JOIN LATERAL (
+            SELECT c.id, c.priority, c.run_at
+            FROM __schema__.jobs AS c
+            WHERE c.queue = a.name
+              AND c.status = 'pending'
+              AND c.run_at <= clock
+              AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
+              -- The three per-key probes of job_claim_many.
+              AND (c.key IS NULL OR (
+                    NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS running
+                        WHERE running.key = c.key AND running.status = 'running'
+                          AND running.key IS NOT NULL)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS held
+                        WHERE held.key = c.key AND held.lease_until > clock
+                          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                          AND held.status IN ('cancelled', 'pending'))
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS older
+                        WHERE older.key = c.key AND older.status = 'pending'
+                          AND older.id < c.id)))
+            ORDER BY c.priority DESC, c.run_at, c.id
+            LIMIT greatest(a.room, 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        WHERE a.room > 0
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT wanted
+    ),
+    claimed AS (
+        UPDATE __schema__.jobs AS j
+        SET status      = 'running',
+            claim_token = gen_random_uuid(),
+            lease_until = clock + make_interval(secs => lease),
+            attempts    = j.attempts + 1,
+            worker_id   = worker,
+            started_at  = clock
+        FROM picked
+        WHERE j.id = picked.id
+        RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+                  j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key,
+                  j.created_at
+    ),
+    logged AS (
+        INSERT INTO __schema__.queue_starts (queue, started_at)
+        SELECT c.queue, clock
+        FROM claimed AS c JOIN __schema__.queues AS q ON q.name = c.queue
+        WHERE q.rate_limit IS NOT NULL
+    )
+    SELECT c.*, NULL::timestamptz FROM claimed AS c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+
+    -- One more row, with no job, when a rate-limited queue is full: when its oldest
+    -- start leaves the window, so the worker sleeps until then instead of polling.
+    RETURN QUERY
+    SELECT NULL::bigint, NULL::uuid, NULL::integer, NULL::integer, NULL::text,
+           NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::timestamptz,
+           NULL::timestamptz, NULL::text, NULL::timestamptz,
+           min(w.oldest + q.rate_period)
+    FROM __schema__.queues AS q
+    CROSS JOIN LATERAL (
+        SELECT min(st.started_at) AS oldest, count(*) AS starts
+        FROM __schema__.queue_starts AS st
+        WHERE st.queue = q.name AND st.started_at > clock - q.rate_period) AS w
+    WHERE q.name = ANY(serving) AND NOT q.paused AND q.rate_limit IS NOT NULL
+      AND w.starts >= q.rate_limit
+    HAVING min(w.oldest + q.rate_period) IS NOT NULL;
+END;
+$$;
