@@ -110,6 +110,12 @@ class Worker:
     async def run(self) -> int:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
         await self.queue.open()
+        for name, (concurrency, rate) in self.app.queue_limits.items():
+            # Code wins at worker start, for the limits it names (docs/flow_control.md).
+            if concurrency is not None:
+                await self.queue.set_concurrency(name, concurrency)
+            if rate is not None:
+                await self.queue.set_rate(name, rate)
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
             loop,

@@ -1,0 +1,134 @@
+"""`pgbaton queue`: show, pause, resume and limit queues at run time, without restarting
+workers (docs/flow_control.md)."""
+
+from __future__ import annotations
+
+import click
+
+from ._cli_common import (
+    _print_json,
+    _queue,
+    _table,
+    connection_options,
+    format_duration,
+    json_option,
+)
+from .flow import QueueSettings, check_concurrency, parse_rate
+from .queue import Queue
+
+new_option = click.option(
+    "--new", is_flag=True,
+    help="Allow a queue that has no setting and no pending or running job yet.",
+)
+
+
+def _known(queue: Queue, name: str, new: bool) -> None:
+    """A misspelt queue name would otherwise pause or limit nothing, silently."""
+    if new or queue.queue_settings(name):
+        return
+    known = ", ".join(repr(s.name) for s in queue.queue_settings()) or "none"
+    raise click.ClickException(
+        f"unknown queue {name!r}: no setting names it and it has no pending or running "
+        f"job (queues: {known}); pass --new to set it anyway"
+    )
+
+
+def _as_json(settings: QueueSettings) -> dict[str, object]:
+    return {
+        "name": settings.name, "paused": settings.paused,
+        "concurrency": settings.concurrency,
+        "rate": None if settings.rate is None else str(settings.rate),
+        "held": settings.held,
+        "updated_at": settings.updated_at,
+    }
+
+
+def _show(rows: list[QueueSettings], as_json: bool) -> None:
+    if as_json:
+        _print_json([_as_json(s) for s in rows])
+        return
+    _table(
+        "queues",
+        ["queue", "paused", "concurrency", "rate", "held now"],
+        [
+            [s.name, "paused" if s.paused else "", s.concurrency or "",
+             "" if s.rate is None else f"{s.rate} ({format_duration(s.rate.period)})",
+             s.held]
+            for s in rows
+        ],
+    )
+
+
+@click.group("queue")
+def queue_group() -> None:
+    """Show, pause, resume and limit queues, fleet-wide, at run time."""
+
+
+@queue_group.command("show")
+@click.argument("name", required=False)
+@connection_options
+@json_option
+def show(*, name: str | None, dsn: str | None, schema: str, embedded: bool,
+         as_json: bool) -> None:
+    """Every queue with a setting or a pending or running job (or just NAME)."""
+    with _queue(dsn, schema, embedded) as queue:
+        rows = queue.queue_settings(name)
+        if name is not None and not rows:
+            _known(queue, name, False)
+    _show(rows, as_json)
+
+
+@queue_group.command("pause")
+@click.argument("name")
+@new_option
+@connection_options
+def pause(name: str, new: bool, dsn: str | None, schema: str, embedded: bool) -> None:
+    """Claim none of NAME's jobs from now on; running jobs finish."""
+    with _queue(dsn, schema, embedded) as queue:
+        _known(queue, name, new)
+        queue.pause(name)
+    click.echo(f"paused {name!r}: no claim takes its jobs until `pgbaton queue resume`")
+
+
+@queue_group.command("resume")
+@click.argument("name")
+@connection_options
+def resume(name: str, dsn: str | None, schema: str, embedded: bool) -> None:
+    """Let NAME's jobs be claimed again."""
+    with _queue(dsn, schema, embedded) as queue:
+        _known(queue, name, False)
+        queue.resume(name)
+    click.echo(f"resumed {name!r}")
+
+
+@queue_group.command("limit")
+@click.argument("name")
+@click.option("--concurrency", default=None, metavar="N|none",
+              help="At most N of the queue's jobs at once, fleet-wide; none removes it.")
+@click.option("--rate", default=None, metavar="R/PERIOD|none",
+              help="At most R starts per sliding window: 100/s, 10/min, 5/2h; none removes.")
+@new_option
+@connection_options
+@json_option
+def limit(*, name: str, concurrency: str | None, rate: str | None, new: bool,
+          dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
+    """Set or remove NAME's concurrency and rate limits; workers obey within a second."""
+    if concurrency is None and rate is None:
+        raise click.UsageError("give --concurrency, --rate or both")
+    limit_to: int | None = None
+    if concurrency is not None and concurrency.lower() != "none":
+        try:
+            limit_to = int(concurrency)
+        except ValueError:
+            raise click.BadParameter(
+                f"{concurrency!r} is not a whole number or 'none'", param_hint="--concurrency"
+            ) from None
+        check_concurrency(limit_to)
+    per = None if rate is None or rate.lower() == "none" else parse_rate(rate)
+    with _queue(dsn, schema, embedded) as queue:
+        _known(queue, name, new)
+        if concurrency is not None:
+            settings = queue.set_concurrency(name, limit_to)
+        if rate is not None:
+            settings = queue.set_rate(name, per)
+    _show([settings], as_json)
