@@ -226,11 +226,12 @@ SELECT changed.*, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
 -- Every queue that has a setting or a pending or held job, with its settings (none for a
 -- queue without a row) and how many jobs it holds now.
 WITH RECURSIVE pending_queue(name) AS (
-    (SELECT j.queue FROM __schema__.jobs AS j WHERE j.status = 'pending'
+    (SELECT j.queue FROM __schema__.jobs AS j WHERE j.status = 'pending' AND j.queue <> ''
      ORDER BY j.queue LIMIT 1)
     UNION ALL
     SELECT (SELECT j.queue FROM __schema__.jobs AS j
-            WHERE j.status = 'pending' AND j.queue > p.name ORDER BY j.queue LIMIT 1)
+            WHERE j.status = 'pending' AND j.queue <> '' AND j.queue > p.name
+            ORDER BY j.queue LIMIT 1)
     FROM pending_queue AS p WHERE p.name IS NOT NULL
 ),
 named AS (

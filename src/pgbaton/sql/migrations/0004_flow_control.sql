@@ -33,9 +33,11 @@ CREATE INDEX queue_starts_window ON __schema__.queue_starts (queue, started_at);
 
 -- The flow claim reads one queue's claimable jobs at a time, so jobs of a paused or
 -- full queue are never walked; and it finds the queues that have pending jobs by
--- skipping from one queue to the next along this index.
+-- skipping from one queue to the next along this index. `queue <> ''` is always true
+-- (queue names are never empty) and only the flow statements say it: the plain claim
+-- can never take this index for jobs_claimable, whatever the statistics.
 CREATE INDEX jobs_queue_claimable ON __schema__.jobs (queue, priority DESC, run_at, id)
-    WHERE status = 'pending';
+    WHERE status = 'pending' AND queue <> '';
 
 -- A limited queue's held jobs, counted under its lock (bounded by the limit).
 CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
@@ -74,10 +76,11 @@ BEGIN
         serving := ARRAY(
             WITH RECURSIVE pending_queue(name) AS (
                 (SELECT j.queue FROM __schema__.jobs AS j
-                 WHERE j.status = 'pending' ORDER BY j.queue LIMIT 1)
+                 WHERE j.status = 'pending' AND j.queue <> '' ORDER BY j.queue LIMIT 1)
                 UNION ALL
                 SELECT (SELECT j.queue FROM __schema__.jobs AS j
-                        WHERE j.status = 'pending' AND j.queue > p.name
+                        WHERE j.status = 'pending' AND j.queue <> ''
+                          AND j.queue > p.name
                         ORDER BY j.queue LIMIT 1)
                 FROM pending_queue AS p WHERE p.name IS NOT NULL
             )
@@ -114,7 +117,7 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT c.id, c.priority, c.run_at
             FROM __schema__.jobs AS c
-            WHERE c.queue = a.name
+            WHERE c.queue = a.name AND c.queue <> ''
               AND c.status = 'pending'
               AND c.run_at <= clock
               AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
