@@ -192,12 +192,17 @@ SELECT pg_notify(%(channel)s, freed.queue)
 FROM unnest(%(queues)s::text[]) AS freed(queue);
 
 -- name: queue_set_paused
--- Pausing waits for claims that hold the queue's row (a limited queue's) to commit; a
--- claim that begins after it commits takes none of the queue's jobs. Resuming wakes the
+-- Taking the flow lock alone waits for the flow claims in flight (each holds it shared)
+-- and holds back new ones until this commits: a claim that took a paused queue's job
+-- began before the pause committed, and one that begins after takes none. (A plain
+-- claim dates its jobs at its start, which is before its snapshot.) Resuming wakes the
 -- queue's workers.
-WITH changed AS (
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    -- The schema's flow lock: two keys, the second its queues table.
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
     INSERT INTO __schema__.queues AS q (name, paused)
-    VALUES (%(name)s, %(paused)s)
+    SELECT %(name)s, %(paused)s FROM flow_lock
     ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
     RETURNING q.name, q.paused
 )
@@ -206,12 +211,17 @@ SELECT changed.name, changed.paused,
 FROM changed;
 
 -- name: queue_set_limits
--- Each limit is changed only when its set_* flag is true; NULL removes it. Wakes the
--- queue's workers, since a raised limit may let jobs start now.
-WITH changed AS (
+-- Each limit is changed only when its set_* flag is true; NULL removes it. The flow
+-- lock as in queue_set_paused. Wakes the queue's workers, since a raised limit may let
+-- jobs start now.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    -- The schema's flow lock: two keys, the second its queues table.
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
     INSERT INTO __schema__.queues AS q (name, concurrency, rate_limit, rate_period)
-    VALUES (%(name)s, %(concurrency)s, %(rate_limit)s,
-            make_interval(secs => %(rate_period)s::float8))
+    SELECT %(name)s, %(concurrency)s::integer, %(rate_limit)s::integer,
+           make_interval(secs => %(rate_period)s::float8)
+    FROM flow_lock
     ON CONFLICT (name) DO UPDATE SET
         concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
                            ELSE q.concurrency END,

@@ -63,6 +63,11 @@ DECLARE
 BEGIN
     -- As job_claim_many: a claim lost in a crash is what an expired lease is anyway.
     PERFORM set_config('synchronous_commit', 'off', true);
+    -- Shared with every other claim; a change of settings (queue_set_paused,
+    -- queue_set_limits) takes it alone, so it commits only once the claims that began
+    -- before it have, and the claims after it see it.
+    PERFORM pg_advisory_xact_lock_shared(
+        hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer);
     -- Name order, so two claims never wait for each other in a circle.
     PERFORM 1 FROM __schema__.queues AS q
     WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
@@ -146,25 +151,33 @@ BEGIN
     ),
     claimed AS (
         UPDATE __schema__.jobs AS j
+        -- The start is dated after this statement's snapshot, so a job that finished
+        -- before it (and made the room) never seems to overlap it.
         SET status      = 'running',
             claim_token = gen_random_uuid(),
-            lease_until = clock + make_interval(secs => lease),
+            lease_until = clock_timestamp() + make_interval(secs => lease),
             attempts    = j.attempts + 1,
             worker_id   = worker,
-            started_at  = clock
+            started_at  = clock_timestamp()
         FROM picked
         WHERE j.id = picked.id
         RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
                   j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key,
-                  j.created_at
+                  j.created_at, j.started_at
     ),
+    -- Each start is logged at its own time, later than the clock the window was counted
+    -- at: no claim of the queue can come between (this one holds its lock), so every
+    -- window ending at this start holds only what was counted, and this.
     logged AS (
         INSERT INTO __schema__.queue_starts (queue, started_at)
-        SELECT c.queue, clock
+        SELECT c.queue, c.started_at
         FROM claimed AS c JOIN __schema__.queues AS q ON q.name = c.queue
         WHERE q.rate_limit IS NOT NULL
     )
-    SELECT c.*, NULL::timestamptz FROM claimed AS c
+    SELECT c.id, c.claim_token, c.attempts, c.max_attempts, c.task, c.args, c.key,
+           c.queue, c.priority, c.run_at, c.lease_until, c.idempotency_key, c.created_at,
+           NULL::timestamptz
+    FROM claimed AS c
     ORDER BY c.priority DESC, c.run_at, c.id;
 
     -- One more row, with no job, when a rate-limited queue is full: when its oldest
