@@ -442,9 +442,10 @@ class Queue:
             self._flow_read_at = now
         return self._flow_controlled
 
-    def _wake_limited(self, claims: Sequence[Claim]) -> None:
-        """Jobs of limited queues finished: room for one more in each, perhaps on
-        another worker that sleeps until it hears so."""
+    def notify_freed(self, claims: Sequence[Claim]) -> None:
+        """Tell the fleet that these claims' jobs have finished, for those of limited
+        queues: room for one more in each, perhaps on another worker that sleeps until
+        it hears so (the worker calls this after writing outcomes)."""
         if self.limited_queues:
             freed = sorted({c.queue for c in claims} & self.limited_queues)
             if freed:
@@ -485,9 +486,7 @@ class Queue:
                 for claim, result in outcomes
             ],
         }
-        changed = _changed(self._fetch("job_complete_many", params), len(claims))
-        self._wake_limited(claims)
-        return changed
+        return _changed(self._fetch("job_complete_many", params), len(claims))
 
     def fail(
         self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None
@@ -509,9 +508,7 @@ class Queue:
             "errors": [error_json(error) for _, error, _ in failures],
             "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
         }
-        changed = _changed(self._fetch("job_fail_many", params), len(claims))
-        self._wake_limited(claims)
-        return changed
+        return _changed(self._fetch("job_fail_many", params), len(claims))
 
     def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
@@ -526,7 +523,6 @@ class Queue:
         if not claims:
             return []
         rows = self._fetch("job_release_many", held_params(claims))
-        self._wake_limited(claims)
         return _changed(rows, len(claims))
 
     # -- maintenance and inspection -------------------------------------------------

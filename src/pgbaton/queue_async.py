@@ -440,9 +440,10 @@ class AsyncQueue:
             self._flow_read_at = now
         return self._flow_controlled
 
-    async def _wake_limited(self, claims: Sequence[Claim]) -> None:
-        """Jobs of limited queues finished: room for one more in each, perhaps on
-        another worker that sleeps until it hears so."""
+    async def notify_freed(self, claims: Sequence[Claim]) -> None:
+        """Tell the fleet that these claims' jobs have finished, for those of limited
+        queues: room for one more in each, perhaps on another worker that sleeps until
+        it hears so (the worker calls this after writing outcomes)."""
         if self.limited_queues:
             freed = sorted({c.queue for c in claims} & self.limited_queues)
             if freed:
@@ -483,9 +484,7 @@ class AsyncQueue:
                 for claim, result in outcomes
             ],
         }
-        changed = _changed(await self._fetch("job_complete_many", params), len(claims))
-        await self._wake_limited(claims)
-        return changed
+        return _changed(await self._fetch("job_complete_many", params), len(claims))
 
     async def fail(
         self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None
@@ -507,9 +506,7 @@ class AsyncQueue:
             "errors": [error_json(error) for _, error, _ in failures],
             "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
         }
-        changed = _changed(await self._fetch("job_fail_many", params), len(claims))
-        await self._wake_limited(claims)
-        return changed
+        return _changed(await self._fetch("job_fail_many", params), len(claims))
 
     async def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
@@ -524,7 +521,6 @@ class AsyncQueue:
         if not claims:
             return []
         rows = await self._fetch("job_release_many", held_params(claims))
-        await self._wake_limited(claims)
         return _changed(rows, len(claims))
 
     # -- maintenance and inspection -------------------------------------------------

@@ -144,9 +144,11 @@ CREATE INDEX queue_starts_window ON __schema__.queue_starts (queue, started_at);
 CREATE INDEX jobs_queue_claimable ON __schema__.jobs (queue, priority DESC, run_at, id)
     WHERE status = 'pending' AND queue <> '';
 
--- A limited queue's held jobs, counted under its lock (bounded by the limit).
+-- A limited queue's held jobs, counted under its lock (bounded by the limit). The
+-- predicate's `queue <> ''` as in jobs_queue_claimable: the plain claim's per-key probe
+-- of held jobs keeps its own index.
 CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
-    WHERE lease_until IS NOT NULL;
+    WHERE lease_until IS NOT NULL AND queue <> '';
 
 -- The claim of a fleet that has flow control (docs/flow_control.md). A function
 -- because each statement in it takes a fresh snapshot: the queue rows are locked
@@ -165,21 +167,24 @@ LANGUAGE plpgsql AS $$
 DECLARE
     clock timestamptz;
     serving text[];
+    rated integer;
 BEGIN
-    -- As job_claim_many: a claim lost in a crash is what an expired lease is anyway.
-    PERFORM set_config('synchronous_commit', 'off', true);
-    -- Shared with every other claim; a change of settings (queue_set_paused,
-    -- queue_set_limits) takes it alone, so it commits only once the claims that began
-    -- before it have, and the claims after it see it.
-    PERFORM pg_advisory_xact_lock_shared(
-        hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer);
+    -- As job_claim_many, the commit need not wait for the disk: a claim lost in a crash
+    -- is what an expired lease is anyway. The flow lock, shared with every other claim;
+    -- a change of settings (queue_set_paused, queue_set_limits) takes it alone, so it
+    -- commits only once the claims that began before it have, and the claims after it
+    -- see it. Its own statement: the next one's snapshot must come after it.
+    PERFORM set_config('synchronous_commit', 'off', true),
+            pg_advisory_xact_lock_shared(hashtext('pgbaton.flow'),
+                ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer);
     -- Name order, so two claims never wait for each other in a circle.
-    PERFORM 1 FROM __schema__.queues AS q
-    WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
-      AND (only_queues IS NULL OR q.name = ANY(only_queues))
-    ORDER BY q.name
-    FOR NO KEY UPDATE;
-    clock := clock_timestamp();
+    SELECT count(*) FILTER (WHERE locked.rate_limit IS NOT NULL), clock_timestamp()
+    INTO rated, clock
+    FROM (SELECT q.rate_limit FROM __schema__.queues AS q
+          WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
+            AND (only_queues IS NULL OR q.name = ANY(only_queues))
+          ORDER BY q.name
+          FOR NO KEY UPDATE) AS locked;
 
     IF only_queues IS NULL THEN
         -- The queues that have pending jobs: one index descent per queue.
@@ -199,10 +204,12 @@ BEGIN
         serving := only_queues;
     END IF;
 
-    DELETE FROM __schema__.queue_starts AS s
-    USING __schema__.queues AS q
-    WHERE s.queue = q.name AND q.name = ANY(serving) AND q.rate_limit IS NOT NULL
-      AND NOT q.paused AND s.started_at <= clock - q.rate_period;
+    IF rated > 0 THEN
+        DELETE FROM __schema__.queue_starts AS s
+        USING __schema__.queues AS q
+        WHERE s.queue = q.name AND q.name = ANY(serving) AND q.rate_limit IS NOT NULL
+          AND NOT q.paused AND s.started_at <= clock - q.rate_period;
+    END IF;
 
     RETURN QUERY
     WITH allowance AS (
@@ -211,7 +218,8 @@ BEGIN
                      q.concurrency - (
                          SELECT count(*) FROM (
                              SELECT 1 FROM __schema__.jobs AS h
-                             WHERE h.queue = s.name AND h.lease_until IS NOT NULL
+                             WHERE h.queue = s.name AND h.queue <> ''
+                               AND h.lease_until IS NOT NULL
                              LIMIT q.concurrency) AS held),
                      q.rate_limit - (
                          SELECT count(*) FROM __schema__.queue_starts AS st
@@ -285,6 +293,9 @@ BEGIN
     FROM claimed AS c
     ORDER BY c.priority DESC, c.run_at, c.id;
 
+    IF rated = 0 THEN
+        RETURN;
+    END IF;
     -- One more row, with no job, when a rate-limited queue is full: when its oldest
     -- start leaves the window, so the worker sleeps until then instead of polling.
     RETURN QUERY
