@@ -19,6 +19,7 @@ from .errors import (
     UnknownTask,
 )
 from .events import Event
+from .flow import ClaimBatch, QueueSettings, Rate
 from .job_filter import JobFilter
 from .models import Backoff, Claim, Enqueued, Job, QueueStats
 from .queue import Queue
@@ -30,6 +31,7 @@ __all__ = [
     "AsyncQueue",
     "Backoff",
     "Claim",
+    "ClaimBatch",
     "ConfigurationError",
     "ConnectionFailed",
     "ContextTask",
@@ -46,7 +48,9 @@ __all__ = [
     "Periodic",
     "PgbatonError",
     "Queue",
+    "QueueSettings",
     "QueueStats",
+    "Rate",
     "SchemaError",
     "SchemaNotMigrated",
     "SchemaOutOfDate",
