@@ -13,6 +13,8 @@ from typing import Any
 
 from .errors import InvalidArgument
 from .limits import (
+    INT4_MAX,
+    INT4_MIN,
     MAX_CONCURRENCY,
     MAX_RATE_LIMIT,
     MAX_RATE_PERIOD_SECONDS,
@@ -45,6 +47,16 @@ class Rate:
 
 
 @dataclass(frozen=True, slots=True)
+class Aging:
+    """Every `every` seconds, the queue's jobs due at least that long gain `step` of
+    priority, up to `cap`: old jobs are not starved by a flood of newer, higher ones."""
+
+    every: float
+    step: int
+    cap: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSettings:
     """One queue's flow settings as stored, and how many of its jobs are held now."""
 
@@ -54,15 +66,21 @@ class QueueSettings:
     rate: Rate | None
     held: int
     updated_at: dt.datetime | None
+    aging: Aging | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueSettings:
         rate = None
         if row["rate_limit"] is not None:
             rate = Rate(row["rate_limit"], float(row["rate_period_seconds"]))
+        aging = None
+        if row.get("aging_step") is not None:
+            aging = Aging(float(row["aging_every_seconds"]), row["aging_step"],
+                          row["aging_cap"])
         return cls(
             name=row["name"], paused=bool(row["paused"]), concurrency=row["concurrency"],
             rate=rate, held=int(row["held"] or 0), updated_at=row["updated_at"],
+            aging=aging,
         )
 
 
@@ -131,3 +149,22 @@ class ClaimBatch:
 
     claims: list[Claim]
     next_slot_in: float | None = None
+
+
+def check_aging(every: object, step: object, cap: object) -> Aging | None:
+    """An aging policy: `every` seconds (1 s to a week), `step` >= 1, `cap` a priority;
+    every=None turns aging off."""
+    if every is None:
+        return None
+    if isinstance(every, bool) or not isinstance(every, int | float) or not (
+        math.isfinite(every) and 1 <= every <= MAX_RATE_PERIOD_SECONDS
+    ):
+        raise InvalidArgument(
+            f"aging every must be 1 s to {MAX_RATE_PERIOD_SECONDS / 86400:g} days, "
+            f"got {every!r}"
+        )
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= INT4_MAX:
+        raise InvalidArgument(f"aging step must be a whole number from 1, got {step!r}")
+    if isinstance(cap, bool) or not isinstance(cap, int) or not INT4_MIN <= cap <= INT4_MAX:
+        raise InvalidArgument(f"aging cap must be a priority (a 32-bit integer), got {cap!r}")
+    return Aging(float(every), step, cap)

@@ -47,7 +47,14 @@ from ._transient import is_connection_loss
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
-from .flow import ClaimBatch, QueueSettings, check_concurrency, parse_rate
+from .flow import (
+    ClaimBatch,
+    QueueSettings,
+    Rate,
+    check_aging,
+    check_concurrency,
+    parse_rate,
+)
 from .integrations.connections import AsyncCallerConnection, psycopg_connection
 from .job_filter import ACTION_STATUSES, JobFilter, check_upto
 from .models import Claim, Enqueued, Job, QueueStats
@@ -687,6 +694,38 @@ class AsyncQueue:
         self._flow_read_at = -math.inf
         (settings,) = await self.queue_settings(queue)
         return settings
+
+    async def apply_limits(
+        self, limits: Mapping[str, tuple[int | None, Rate | None]]
+    ) -> None:
+        """Write the limits an App declares (App.limit), each only where named: what a
+        worker does as it starts, so that code wins then (docs/flow_control.md)."""
+        for name, (concurrency, rate) in limits.items():
+            if concurrency is not None:
+                await self.set_concurrency(name, concurrency)
+            if rate is not None:
+                await self.set_rate(name, rate)
+
+    async def set_aging(
+        self, queue: str, *, every: float | None, step: int = 1, cap: int = 0
+    ) -> QueueSettings:
+        """Priority aging: every `every` seconds the leader raises the priority of the
+        queue's jobs due at least that long by `step`, up to `cap`. every=None: off."""
+        aging = check_aging(every, step, cap)
+        params = {
+            "name": check_name("queue", queue),
+            "every": None if aging is None else aging.every,
+            "step": None if aging is None else aging.step,
+            "cap": None if aging is None else aging.cap,
+        }
+        await self._fetch("queue_set_aging", params)
+        (settings,) = await self.queue_settings(queue)
+        return settings
+
+    async def age_priorities(self, *, limit: int = 10_000) -> int:
+        """One aging pass (the leader runs it): how many jobs gained priority."""
+        rows = await self._fetch("job_age_priority", {"limit": check_limit(limit)})
+        return int(rows[0]["aged"])
 
     async def queue_settings(self, queue: str | None = None) -> list[QueueSettings]:
         """Every queue that has a setting or a pending or held job (or just `queue`),

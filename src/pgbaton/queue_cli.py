@@ -1,5 +1,5 @@
-"""`pgbaton queue`: show, pause, resume and limit queues at run time, without restarting
-workers (docs/flow_control.md)."""
+"""`pgbaton queue`: show, pause, resume, limit and age queues at run time, without
+restarting workers (docs/flow_control.md)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def _as_json(settings: QueueSettings) -> dict[str, object]:
         "concurrency": settings.concurrency,
         "rate": None if settings.rate is None else str(settings.rate),
         "held": settings.held,
+        "aging": None if settings.aging is None else {
+            "every": settings.aging.every, "step": settings.aging.step,
+            "cap": settings.aging.cap,
+        },
         "updated_at": settings.updated_at,
     }
 
@@ -49,10 +53,12 @@ def _show(rows: list[QueueSettings], as_json: bool) -> None:
         return
     _table(
         "queues",
-        ["queue", "paused", "concurrency", "rate", "held now"],
+        ["queue", "paused", "concurrency", "rate", "aging", "held now"],
         [
             [s.name, "paused" if s.paused else "", s.concurrency or "",
              "" if s.rate is None else f"{s.rate} ({format_duration(s.rate.period)})",
+             "" if s.aging is None else
+             f"+{s.aging.step} every {format_duration(s.aging.every)} up to {s.aging.cap}",
              s.held]
             for s in rows
         ],
@@ -99,6 +105,29 @@ def resume(name: str, dsn: str | None, schema: str, embedded: bool) -> None:
         _known(queue, name, False)
         queue.resume(name)
     click.echo(f"resumed {name!r}")
+
+
+@queue_group.command("aging")
+@click.argument("name")
+@click.option("--every", type=float, default=None, metavar="SECONDS",
+              help="How long a job waits before each raise of its priority.")
+@click.option("--step", type=int, default=1, show_default=True, help="Raise by this much.")
+@click.option("--cap", type=int, default=None, help="Never above this priority.")
+@click.option("--off", is_flag=True, help="Stop aging the queue.")
+@new_option
+@connection_options
+@json_option
+def aging(*, name: str, every: float | None, step: int, cap: int | None, off: bool,
+          new: bool, dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
+    """Priority aging: jobs of NAME that wait long gain priority, up to a cap."""
+    if off == (every is not None):
+        raise click.UsageError("give --every and --cap, or --off")
+    if not off and cap is None:
+        raise click.UsageError("--every needs --cap, the highest priority aging may give")
+    with _queue(dsn, schema, embedded) as queue:
+        _known(queue, name, new)
+        settings = queue.set_aging(name, every=every, step=step, cap=cap or 0)
+    _show([settings], as_json)
 
 
 @queue_group.command("limit")

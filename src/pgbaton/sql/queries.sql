@@ -236,6 +236,54 @@ changed AS (
 )
 SELECT changed.*, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
 
+-- name: queue_set_aging
+-- NULLs turn aging off. The flow lock as in queue_set_paused.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, aging_every, aging_step, aging_cap)
+    SELECT %(name)s, make_interval(secs => %(every)s::float8), %(step)s::integer,
+           %(cap)s::integer
+    FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET
+        aging_every = EXCLUDED.aging_every, aging_step = EXCLUDED.aging_step,
+        aging_cap = EXCLUDED.aging_cap, aged_at = NULL, updated_at = now()
+    RETURNING q.name
+)
+SELECT name FROM changed;
+
+-- name: job_age_priority
+-- The leader's aging pass: for each queue whose aging_every has passed since its last
+-- pass, the jobs due at least that long gain aging_step of priority, up to aging_cap;
+-- at most %(limit)s jobs per queue and pass. The jobs are found queue by queue through
+-- jobs_queue_claimable, skipping rows a claim holds; the claim keeps reading
+-- jobs_claimable, whose order is the (now raised) priority.
+WITH due AS (
+    UPDATE __schema__.queues AS q SET aged_at = now()
+    WHERE q.aging_every IS NOT NULL AND NOT q.paused
+      AND (q.aged_at IS NULL OR q.aged_at <= now() - q.aging_every)
+    RETURNING q.name, q.aging_every, q.aging_step, q.aging_cap
+),
+picked AS (
+    SELECT c.id, due.aging_step, due.aging_cap
+    FROM due
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.queue = due.name AND j.queue <> '' AND j.status = 'pending'
+          AND j.run_at <= now() - due.aging_every AND j.priority < due.aging_cap
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+aged AS (
+    UPDATE __schema__.jobs AS j
+    SET priority = least(j.priority + picked.aging_step, picked.aging_cap)
+    FROM picked
+    WHERE j.id = picked.id AND j.status = 'pending'
+    RETURNING j.id
+)
+SELECT count(*) AS aged FROM aged;
+
 -- name: queue_settings_list
 -- Every queue that has a setting or a pending or held job, with its settings (none for a
 -- queue without a row) and how many jobs it holds now.
@@ -257,6 +305,8 @@ named AS (
 )
 SELECT named.name, coalesce(q.paused, false) AS paused, q.concurrency, q.rate_limit,
        extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+       extract(epoch FROM q.aging_every)::float8 AS aging_every_seconds, q.aging_step,
+       q.aging_cap,
        (SELECT count(*) FROM __schema__.jobs AS h
         WHERE h.queue = named.name AND h.queue <> '' AND h.lease_until IS NOT NULL) AS held,
        q.updated_at

@@ -28,7 +28,7 @@ from typing import Any
 from ..app import App
 from ..dsn import with_application_name
 from ..events import EVENTS, Event
-from ..maintenance import Leader, Pruner, Reaper, Scheduler
+from ..maintenance import Ager, Leader, Pruner, Reaper, Scheduler
 from ..models import Claim
 from ..queue_async import AsyncQueue
 from .completer import Completer
@@ -110,12 +110,7 @@ class Worker:
     async def run(self) -> int:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
         await self.queue.open()
-        for name, (concurrency, rate) in self.app.queue_limits.items():
-            # Code wins at worker start, for the limits it names (docs/flow_control.md).
-            if concurrency is not None:
-                await self.queue.set_concurrency(name, concurrency)
-            if rate is not None:
-                await self.queue.set_rate(name, rate)
+        await self.queue.apply_limits(self.app.queue_limits)  # code wins at start
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
             loop,
@@ -169,6 +164,7 @@ class Worker:
         services: list[Any] = [
             Reaper(self.queue, self.config.reap_interval),
             Pruner(self.queue, self.config.prune_interval, self.config.retention),
+            Ager(self.queue, self.config.reap_interval),  # each queue's `every` decides
         ]
         if self.app.periodics:
             services.append(Scheduler(

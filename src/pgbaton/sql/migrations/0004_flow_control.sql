@@ -17,7 +17,19 @@ CREATE TABLE __schema__.queues (
     rate_limit  integer,
     rate_period interval,
     updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- Priority aging (docs/flow_control.md): every aging_every, the leader raises the
+    -- priority of the queue's jobs that have been due that long by aging_step, up to
+    -- aging_cap; aged_at is its last pass.
+    aging_every interval,
+    aging_step  integer,
+    aging_cap   integer,
+    aged_at     timestamptz,
     CONSTRAINT queues_concurrency_positive CHECK (concurrency IS NULL OR concurrency >= 1),
+    CONSTRAINT queues_aging_whole CHECK (
+        (aging_every IS NULL) = (aging_step IS NULL)
+        AND (aging_step IS NULL) = (aging_cap IS NULL)),
+    CONSTRAINT queues_aging_positive
+        CHECK (aging_every IS NULL OR (aging_every > interval '0' AND aging_step >= 1)),
     CONSTRAINT queues_rate_whole CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
     CONSTRAINT queues_rate_positive
         CHECK (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period > interval '0'))
