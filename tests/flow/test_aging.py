@@ -73,3 +73,33 @@ def test_bad_aging_is_refused(queue: pgbaton.Queue, db, policy, message):
     with pytest.raises(pgbaton.InvalidArgument, match=message):
         queue.set_aging("reports", every=every, step=step, cap=cap)
     assert db.execute("SELECT count(*) AS n FROM queues").fetchone() == {"n": 0}
+
+
+def test_the_workers_leader_ages_jobs_pass_by_pass_up_to_the_cap(
+    queue: pgbaton.Queue, db, start_worker
+):
+    """A running worker's maintenance leader applies a queue's aging every `every`: a job
+    due for long climbs step by step to the cap and stays there."""
+    from tests.runtime.conftest import wait_until
+
+    db.execute("INSERT INTO jobs (queue, task, run_at) VALUES"
+               " ('reports', 'work', now() - interval '1 hour')")
+    worker = start_worker("--queues", "elsewhere")
+    queue.set_aging("reports", every=1, step=1, cap=3)
+    seen: set[int] = set()
+
+    def priority() -> int:
+        row = db.execute("SELECT priority FROM jobs WHERE queue = 'reports'").fetchone()
+        return int(row["priority"])
+
+    def at_cap() -> bool:
+        seen.add(priority())
+        return 3 in seen
+
+    wait_until(at_cap, timeout=60, what="the job's priority aged to the cap")
+    assert seen <= {0, 1, 2, 3}
+    passes = db.execute("SELECT aged_at FROM queues").fetchone()["aged_at"]
+    wait_until(lambda: db.execute("SELECT aged_at FROM queues").fetchone()["aged_at"] > passes,
+               timeout=30, what="one more aging pass")
+    assert priority() == 3
+    assert worker.stop() == 0, worker.log()
