@@ -67,6 +67,8 @@ class QueueSettings:
     held: int
     updated_at: dt.datetime | None
     aging: Aging | None = None
+    key_concurrency: int | None = None  # per limit key (enqueue's limit_key=)
+    key_rate: Rate | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueSettings:
@@ -80,7 +82,9 @@ class QueueSettings:
         return cls(
             name=row["name"], paused=bool(row["paused"]), concurrency=row["concurrency"],
             rate=rate, held=int(row["held"] or 0), updated_at=row["updated_at"],
-            aging=aging,
+            aging=aging, key_concurrency=row.get("key_concurrency"),
+            key_rate=None if row.get("key_rate_limit") is None else Rate(
+                row["key_rate_limit"], float(row["key_rate_period_seconds"])),
         )
 
 

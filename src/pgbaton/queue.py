@@ -235,13 +235,16 @@ class Queue:
         idempotency_key: str | None = None,
         max_attempts: int = 5,
         conn: CallerConnection | None = None,
+        limit_key: str | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
-        that job's id (enqueue_once() also says whether the job is new)."""
+        that job's id (enqueue_once() also says whether the job is new). limit_key: the
+        group whose per-key limits the job obeys (docs/flow_control.md)."""
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+            limit_key=limit_key,
         )
         if idempotency_key is None:
             job_id = int((self._fetch("job_insert", params, conn))[0]["id"])
@@ -266,6 +269,7 @@ class Queue:
         key: str | None = None,
         max_attempts: int = 5,
         conn: CallerConnection | None = None,
+        limit_key: str | None = None,
     ) -> Enqueued:
         """Add one job unless a job of the same task already has this idempotency key.
         Returns the job's id and whether this call created it; a job that existed is
@@ -277,6 +281,7 @@ class Queue:
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+            limit_key=limit_key,
         )
         return self._insert_idempotent(params, conn)
 
@@ -676,6 +681,19 @@ class Queue:
         `(limit, seconds)` pair or a `Rate`; None removes the limit."""
         return self._set_limits(queue, set_rate=True, rate=parse_rate(rate))
 
+    def set_key_concurrency(
+        self, queue: str, concurrency: int | None
+    ) -> QueueSettings:
+        """At most `concurrency` jobs of each limit key (enqueue's `limit_key=`) of the
+        queue held at once, fleet-wide; None removes the limit."""
+        return self._set_limits(
+            queue, set_key_concurrency=True, key_concurrency=check_concurrency(concurrency)
+        )
+
+    def set_key_rate(self, queue: str, rate: object) -> QueueSettings:
+        """At most so many starts of each limit key of the queue per sliding window."""
+        return self._set_limits(queue, set_key_rate=True, key_rate=parse_rate(rate))
+
     def _set_limits(
         self,
         queue: str,
@@ -684,6 +702,10 @@ class Queue:
         concurrency: int | None = None,
         set_rate: bool = False,
         rate: Any = None,
+        set_key_concurrency: bool = False,
+        key_concurrency: int | None = None,
+        set_key_rate: bool = False,
+        key_rate: Any = None,
     ) -> QueueSettings:
         params = {
             "name": check_name("queue", queue), "channel": self.channel,
@@ -691,6 +713,10 @@ class Queue:
             "set_rate": set_rate,
             "rate_limit": None if rate is None else rate.limit,
             "rate_period": None if rate is None else rate.period,
+            "set_key_concurrency": set_key_concurrency, "key_concurrency": key_concurrency,
+            "set_key_rate": set_key_rate,
+            "key_rate_limit": None if key_rate is None else key_rate.limit,
+            "key_rate_period": None if key_rate is None else key_rate.period,
         }
         self._fetch("queue_set_limits", params)
         self._flow_read_at = -math.inf

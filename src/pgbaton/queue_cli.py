@@ -13,6 +13,7 @@ from ._cli_common import (
     format_duration,
     json_option,
 )
+from .errors import InvalidArgument
 from .flow import QueueSettings, check_concurrency, parse_rate
 from .queue import Queue
 
@@ -38,6 +39,8 @@ def _as_json(settings: QueueSettings) -> dict[str, object]:
         "name": settings.name, "paused": settings.paused,
         "concurrency": settings.concurrency,
         "rate": None if settings.rate is None else str(settings.rate),
+        "key_concurrency": settings.key_concurrency,
+        "key_rate": None if settings.key_rate is None else str(settings.key_rate),
         "held": settings.held,
         "aging": None if settings.aging is None else {
             "every": settings.aging.every, "step": settings.aging.step,
@@ -53,10 +56,13 @@ def _show(rows: list[QueueSettings], as_json: bool) -> None:
         return
     _table(
         "queues",
-        ["queue", "paused", "concurrency", "rate", "aging", "held now"],
+        ["queue", "paused", "concurrency", "rate", "per limit key", "aging", "held now"],
         [
             [s.name, "paused" if s.paused else "", s.concurrency or "",
              "" if s.rate is None else f"{s.rate} ({format_duration(s.rate.period)})",
+             " ".join(filter(None, [
+                 f"{s.key_concurrency} at once" if s.key_concurrency else "",
+                 f"{s.key_rate}" if s.key_rate else ""])),
              "" if s.aging is None else
              f"+{s.aging.step} every {format_duration(s.aging.every)} up to {s.aging.cap}",
              s.held]
@@ -136,28 +142,46 @@ def aging(*, name: str, every: float | None, step: int, cap: int | None, off: bo
               help="At most N of the queue's jobs at once, fleet-wide; none removes it.")
 @click.option("--rate", default=None, metavar="R/PERIOD|none",
               help="At most R starts per sliding window: 100/s, 10/min, 5/2h; none removes.")
+@click.option("--key-concurrency", default=None, metavar="N|none",
+              help="At most N jobs of each limit key at once; none removes it.")
+@click.option("--key-rate", default=None, metavar="R/PERIOD|none",
+              help="At most R starts of each limit key per sliding window; none removes.")
 @new_option
 @connection_options
 @json_option
-def limit(*, name: str, concurrency: str | None, rate: str | None, new: bool,
+def limit(*, name: str, concurrency: str | None, rate: str | None,
+          key_concurrency: str | None, key_rate: str | None, new: bool,
           dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
-    """Set or remove NAME's concurrency and rate limits; workers obey within a second."""
-    if concurrency is None and rate is None:
-        raise click.UsageError("give --concurrency, --rate or both")
-    limit_to: int | None = None
-    if concurrency is not None and concurrency.lower() != "none":
-        try:
-            limit_to = int(concurrency)
-        except ValueError:
-            raise click.BadParameter(
-                f"{concurrency!r} is not a whole number or 'none'", param_hint="--concurrency"
-            ) from None
-        check_concurrency(limit_to)
-    per = None if rate is None or rate.lower() == "none" else parse_rate(rate)
+    """Set or remove NAME's limits, for the queue and per limit key; workers obey within
+    a second."""
+    given = {"--concurrency": concurrency, "--rate": rate,
+             "--key-concurrency": key_concurrency, "--key-rate": key_rate}
+    if all(value is None for value in given.values()):
+        raise click.UsageError("give --concurrency, --rate, --key-concurrency or --key-rate")
+    counts = {flag: _count(flag, given[flag]) for flag in ("--concurrency", "--key-concurrency")}
+    rates = {flag: None if given[flag] in (None, "none", "None") else parse_rate(given[flag])
+             for flag in ("--rate", "--key-rate")}
     with _queue(dsn, schema, embedded) as queue:
         _known(queue, name, new)
         if concurrency is not None:
-            settings = queue.set_concurrency(name, limit_to)
+            settings = queue.set_concurrency(name, counts["--concurrency"])
         if rate is not None:
-            settings = queue.set_rate(name, per)
+            settings = queue.set_rate(name, rates["--rate"])
+        if key_concurrency is not None:
+            settings = queue.set_key_concurrency(name, counts["--key-concurrency"])
+        if key_rate is not None:
+            settings = queue.set_key_rate(name, rates["--key-rate"])
     _show([settings], as_json)
+
+
+def _count(flag: str, value: str | None) -> int | None:
+    if value is None or value.lower() == "none":
+        return None
+    try:
+        return check_concurrency(int(value))
+    except ValueError as error:
+        if isinstance(error, InvalidArgument):
+            raise
+        raise click.BadParameter(
+            f"{value!r} is not a whole number or 'none'", param_hint=flag
+        ) from None

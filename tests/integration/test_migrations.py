@@ -125,7 +125,7 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
 
     # The comparison is only as good as what it sees: make sure it sees the real thing.
     assert [c["attname"] for c in migrated["columns"]][:3] == ["id", "queue", "task"]
-    assert len([c for c in migrated["columns"] if c["relname"] == "jobs"]) == 19
+    assert len([c for c in migrated["columns"] if c["relname"] == "jobs"]) == 20
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }

@@ -30,10 +30,11 @@ INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(nam
 
 -- name: job_insert
 -- A job without an idempotency key: a plain insert, the cheapest there is.
-INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts)
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts,
+                             limit_key)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(key)s, %(max_attempts)s)
+        %(key)s, %(max_attempts)s, %(limit_key)s)
 RETURNING id;
 
 -- name: job_insert_idempotent
@@ -43,10 +44,10 @@ RETURNING id;
 -- comes back, and the caller finds and names that job (docs/guarantees.md).
 WITH inserted AS (
     INSERT INTO __schema__.jobs
-        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, limit_key)
     VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-            %(key)s, %(idempotency_key)s, %(max_attempts)s)
+            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(limit_key)s)
     ON CONFLICT DO NOTHING
     RETURNING id
 )
@@ -65,16 +66,18 @@ WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
             queue text, task text, args jsonb, priority int, run_at timestamptz,
-            delay float8, key text, idempotency_key text, max_attempts int))
+            delay float8, key text, idempotency_key text, max_attempts int,
+            limit_key text))
          WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
-                              idempotency_key, max_attempts, position)
+                              idempotency_key, max_attempts, limit_key, position)
 ),
 inserted AS (
     INSERT INTO __schema__.jobs
-        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts)
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts,
+         limit_key)
     SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           key, idempotency_key, coalesce(max_attempts, 5)
+           key, idempotency_key, coalesce(max_attempts, 5), limit_key
     FROM input ORDER BY position
     ON CONFLICT DO NOTHING  -- as in job_insert_idempotent
     RETURNING id
@@ -131,7 +134,8 @@ WITH candidate AS (
           -- whole index (and gets JIT-compiled, 60 ms).
           AND c.queue NOT IN (
                 SELECT q.name FROM __schema__.queues AS q
-                WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
+                WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                   OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
           -- Three probes, one per index, so each costs one index lookup whatever the
           -- number of running jobs: the key's running job, a job of the key cancelled
           -- while its handler ran and not yet let go, then an older pending job.
@@ -185,10 +189,13 @@ SELECT * FROM __schema__.job_claim_flow(
 -- fleet, since a finished job frees room that another worker may be waiting for).
 SELECT count(*) AS controlled,
        coalesce(array_agg(name ORDER BY name) FILTER (
-           WHERE NOT paused AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL)),
+           WHERE NOT paused AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
+                                 OR key_concurrency IS NOT NULL
+                                 OR key_rate_limit IS NOT NULL)),
            '{}') AS limited
 FROM __schema__.queues
-WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL;
+WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+   OR key_concurrency IS NOT NULL OR key_rate_limit IS NOT NULL;
 
 -- name: queue_notify_freed
 -- Jobs of limited queues finished: wake the workers of those queues (payload: queue).
@@ -222,19 +229,27 @@ WITH flow_lock AS (SELECT pg_advisory_xact_lock(
     -- The schema's flow lock: two keys, the second its queues table.
     hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
 changed AS (
-    INSERT INTO __schema__.queues AS q (name, concurrency, rate_limit, rate_period)
+    INSERT INTO __schema__.queues AS q (name, concurrency, rate_limit, rate_period,
+                                        key_concurrency, key_rate_limit, key_rate_period)
     SELECT %(name)s, %(concurrency)s::integer, %(rate_limit)s::integer,
-           make_interval(secs => %(rate_period)s::float8)
+           make_interval(secs => %(rate_period)s::float8), %(key_concurrency)s::integer,
+           %(key_rate_limit)s::integer, make_interval(secs => %(key_rate_period)s::float8)
     FROM flow_lock
     ON CONFLICT (name) DO UPDATE SET
         concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
                            ELSE q.concurrency END,
         rate_limit  = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
         rate_period = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_period ELSE q.rate_period END,
+        key_concurrency = CASE WHEN %(set_key_concurrency)s THEN EXCLUDED.key_concurrency
+                               ELSE q.key_concurrency END,
+        key_rate_limit  = CASE WHEN %(set_key_rate)s THEN EXCLUDED.key_rate_limit
+                               ELSE q.key_rate_limit END,
+        key_rate_period = CASE WHEN %(set_key_rate)s THEN EXCLUDED.key_rate_period
+                               ELSE q.key_rate_period END,
         updated_at  = now()
-    RETURNING q.name, q.paused, q.concurrency, q.rate_limit, q.rate_period, q.updated_at
+    RETURNING q.name
 )
-SELECT changed.*, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
+SELECT changed.name, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
 
 -- name: queue_set_aging
 -- NULLs turn aging off. The flow lock as in queue_set_paused.
@@ -306,7 +321,8 @@ named AS (
 SELECT named.name, coalesce(q.paused, false) AS paused, q.concurrency, q.rate_limit,
        extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
        extract(epoch FROM q.aging_every)::float8 AS aging_every_seconds, q.aging_step,
-       q.aging_cap,
+       q.aging_cap, q.key_concurrency, q.key_rate_limit,
+       extract(epoch FROM q.key_rate_period)::float8 AS key_rate_period_seconds,
        (SELECT count(*) FROM __schema__.jobs AS h
         WHERE h.queue = named.name AND h.queue <> '' AND h.lease_until IS NOT NULL) AS held,
        q.updated_at

@@ -5,6 +5,9 @@
 -- write lock on the jobs table while they scan it: on a large table, run this
 -- migration at a quiet time.
 
+-- The group a job's per-key limits count it in (unordered, unlike `key`).
+ALTER TABLE __schema__.jobs ADD COLUMN limit_key text;
+
 -- One row per queue that has a setting; a queue without a row has none.
 CREATE TABLE __schema__.queues (
     name        text        PRIMARY KEY,
@@ -24,6 +27,16 @@ CREATE TABLE __schema__.queues (
     aging_step  integer,
     aging_cap   integer,
     aged_at     timestamptz,
+    -- Per limit key (jobs.limit_key: a customer, a tenant): at most key_concurrency of
+    -- one key's jobs held at once, at most key_rate_limit starts per key_rate_period.
+    key_concurrency integer,
+    key_rate_limit  integer,
+    key_rate_period interval,
+    CONSTRAINT queues_key_concurrency_positive
+        CHECK (key_concurrency IS NULL OR key_concurrency >= 1),
+    CONSTRAINT queues_key_rate_whole CHECK ((key_rate_limit IS NULL) = (key_rate_period IS NULL)),
+    CONSTRAINT queues_key_rate_positive CHECK (
+        key_rate_limit IS NULL OR (key_rate_limit >= 1 AND key_rate_period > interval '0')),
     CONSTRAINT queues_concurrency_positive CHECK (concurrency IS NULL OR concurrency >= 1),
     CONSTRAINT queues_aging_whole CHECK (
         (aging_every IS NULL) = (aging_step IS NULL)
@@ -39,9 +52,12 @@ CREATE TABLE __schema__.queues (
 -- Written and pruned only by job_claim_flow under the queue's row lock.
 CREATE TABLE __schema__.queue_starts (
     queue      text        NOT NULL,
-    started_at timestamptz NOT NULL
+    started_at timestamptz NOT NULL,
+    limit_key  text
 );
 CREATE INDEX queue_starts_window ON __schema__.queue_starts (queue, started_at);
+CREATE INDEX queue_starts_key_window ON __schema__.queue_starts (queue, limit_key, started_at)
+    WHERE limit_key IS NOT NULL;
 
 -- The flow claim reads one queue's claimable jobs at a time, so jobs of a paused or
 -- full queue are never walked; and it finds the queues that have pending jobs by
@@ -56,6 +72,10 @@ CREATE INDEX jobs_queue_claimable ON __schema__.jobs (queue, priority DESC, run_
 -- of held jobs keeps its own index.
 CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
     WHERE lease_until IS NOT NULL AND queue <> '';
+
+-- One limit key's held jobs in a queue, counted under the queue's lock.
+CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
+    WHERE lease_until IS NOT NULL AND limit_key IS NOT NULL AND queue <> '';
 
 -- The claim of a fleet that has flow control (docs/flow_control.md). A function
 -- because each statement in it takes a fresh snapshot: the queue rows are locked
@@ -85,10 +105,13 @@ BEGIN
             pg_advisory_xact_lock_shared(hashtext('pgbaton.flow'),
                 ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer);
     -- Name order, so two claims never wait for each other in a circle.
-    SELECT count(*) FILTER (WHERE locked.rate_limit IS NOT NULL), clock_timestamp()
+    SELECT count(*) FILTER (WHERE locked.rated), clock_timestamp()
     INTO rated, clock
-    FROM (SELECT q.rate_limit FROM __schema__.queues AS q
-          WHERE NOT q.paused AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)
+    FROM (SELECT q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL AS rated
+          FROM __schema__.queues AS q
+          WHERE NOT q.paused
+            AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                 OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
             AND (only_queues IS NULL OR q.name = ANY(only_queues))
           ORDER BY q.name
           FOR NO KEY UPDATE) AS locked;
@@ -114,8 +137,10 @@ BEGIN
     IF rated > 0 THEN
         DELETE FROM __schema__.queue_starts AS s
         USING __schema__.queues AS q
-        WHERE s.queue = q.name AND q.name = ANY(serving) AND q.rate_limit IS NOT NULL
-          AND NOT q.paused AND s.started_at <= clock - q.rate_period;
+        WHERE s.queue = q.name AND q.name = ANY(serving) AND NOT q.paused
+          AND (q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+          AND s.started_at <= clock - greatest(coalesce(q.rate_period, interval '0'),
+                                               coalesce(q.key_rate_period, interval '0'));
     END IF;
 
     RETURN QUERY
@@ -131,16 +156,28 @@ BEGIN
                      q.rate_limit - (
                          SELECT count(*) FROM __schema__.queue_starts AS st
                          WHERE st.queue = s.name
-                           AND st.started_at > clock - q.rate_period)) AS room
+                           AND st.started_at > clock - q.rate_period)) AS room,
+               q.key_concurrency, q.key_rate_limit, q.key_rate_period
         FROM (SELECT DISTINCT u.name FROM unnest(serving) AS u(name)) AS s
         LEFT JOIN __schema__.queues AS q ON q.name = s.name
         WHERE NOT coalesce(q.paused, false)
     ),
-    picked AS (
-        SELECT c.id
+    candidate AS (
+        SELECT c.id, c.priority, c.run_at,
+               -- Per-key limits: at most one job of a limit key per claim, so that the
+               -- counts below (taken under the queue's lock) stay exact.
+               row_number() OVER (
+                   PARTITION BY a.name, CASE WHEN a.key_concurrency IS NOT NULL
+                                               OR a.key_rate_limit IS NOT NULL
+                                             THEN c.limit_key END,
+                                CASE WHEN c.limit_key IS NULL
+                                       OR (a.key_concurrency IS NULL
+                                           AND a.key_rate_limit IS NULL)
+                                     THEN c.id END
+                   ORDER BY c.priority DESC, c.run_at, c.id) AS of_key
         FROM allowance AS a
         CROSS JOIN LATERAL (
-            SELECT c.id, c.priority, c.run_at
+            SELECT c.id, c.priority, c.run_at, c.limit_key
             FROM __schema__.jobs AS c
             WHERE c.queue = a.name AND c.queue <> ''
               AND c.status = 'pending'
@@ -161,12 +198,30 @@ BEGIN
                         SELECT 1 FROM __schema__.jobs AS older
                         WHERE older.key = c.key AND older.status = 'pending'
                           AND older.id < c.id)))
+              -- A job of a limit key whose own limits are reached waits (and is read
+              -- past: per-key limits do not have the queue limits' index shortcut).
+              AND (c.limit_key IS NULL OR a.key_concurrency IS NULL OR (
+                    SELECT count(*) FROM (
+                        SELECT 1 FROM __schema__.jobs AS k
+                        WHERE k.queue = c.queue AND k.limit_key = c.limit_key
+                          AND k.lease_until IS NOT NULL AND k.limit_key IS NOT NULL
+                          AND k.queue <> ''
+                        LIMIT a.key_concurrency) AS held_of_key) < a.key_concurrency)
+              AND (c.limit_key IS NULL OR a.key_rate_limit IS NULL OR (
+                    SELECT count(*) FROM __schema__.queue_starts AS ks
+                    WHERE ks.queue = c.queue AND ks.limit_key = c.limit_key
+                      AND ks.limit_key IS NOT NULL
+                      AND ks.started_at > clock - a.key_rate_period) < a.key_rate_limit)
             ORDER BY c.priority DESC, c.run_at, c.id
             LIMIT greatest(a.room, 0)
             FOR UPDATE SKIP LOCKED
         ) AS c
         WHERE a.room > 0
-        ORDER BY c.priority DESC, c.run_at, c.id
+    ),
+    picked AS (
+        SELECT candidate.id FROM candidate
+        WHERE candidate.of_key = 1
+        ORDER BY candidate.priority DESC, candidate.run_at, candidate.id
         LIMIT wanted
     ),
     claimed AS (
@@ -183,16 +238,16 @@ BEGIN
         WHERE j.id = picked.id
         RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
                   j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key,
-                  j.created_at, j.started_at
+                  j.created_at, j.started_at, j.limit_key
     ),
     -- Each start is logged at its own time, later than the clock the window was counted
     -- at: no claim of the queue can come between (this one holds its lock), so every
     -- window ending at this start holds only what was counted, and this.
     logged AS (
-        INSERT INTO __schema__.queue_starts (queue, started_at)
-        SELECT c.queue, c.started_at
+        INSERT INTO __schema__.queue_starts (queue, started_at, limit_key)
+        SELECT c.queue, c.started_at, c.limit_key
         FROM claimed AS c JOIN __schema__.queues AS q ON q.name = c.queue
-        WHERE q.rate_limit IS NOT NULL
+        WHERE q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL
     )
     SELECT c.id, c.claim_token, c.attempts, c.max_attempts, c.task, c.args, c.key,
            c.queue, c.priority, c.run_at, c.lease_until, c.idempotency_key, c.created_at,
