@@ -132,7 +132,7 @@ def test_the_command_line_pauses_limits_shows_and_refuses(dsn, schema, queue, db
         (("limit", "emails", "--new", "--concurrency", "-1"), "concurrency must be 1 to"),
         (("limit", "emails", "--new", "--concurrency", "many"), "not a whole number"),
         (("limit", "emails", "--new", "--rate", "1/0s"), "out of range"),
-        (("limit", "emails", "--new"), "give --concurrency, --rate or both"),
+        (("limit", "emails", "--new"), "give --concurrency, --rate, --key-concurrency or --key-rate"),
     ]:
         result = run(*args)
         assert result.returncode in (1, 2), result
@@ -151,3 +151,27 @@ def test_the_command_line_pauses_limits_shows_and_refuses(dsn, schema, queue, db
     assert (shown["paused"], shown["concurrency"], shown["rate"]) == (False, None, "100/min")
     table = run("show")
     assert table.returncode == 0 and "emails" in table.stdout
+
+
+def test_per_key_limits_count_each_limit_key_apart(queue: pgbaton.Queue, db):
+    """Per-key concurrency and rate hold for each limit key on its own; jobs without a
+    limit key obey only the queue's limits; a bad limit key is refused."""
+    queue.enqueue_many([{"task": "t", "limit_key": key} for key in "aabbb"] + [{"task": "t"}] * 2)
+    queue.set_key_concurrency("default", 1)
+    queue.set_key_rate("default", "2/1h")
+    first = queue.claim("w", limit=10)
+    assert sorted(c.id for c in first) == [1, 3, 6, 7]
+    assert queue.claim("w", limit=10) == []  # each key holds its one
+    for claim in first:
+        queue.complete(claim)
+    second = queue.claim("w", limit=10)
+    assert sorted(c.id for c in second) == [2, 4]
+    for claim in second:
+        queue.complete(claim)
+    assert queue.claim("w", limit=10) == []  # b started twice this hour
+    settings = _settings(queue, "default")
+    assert (settings.key_concurrency, settings.key_rate) == (1, Rate(2, 3600.0))
+    with pytest.raises(pgbaton.InvalidArgument, match="limit_key"):
+        queue.enqueue("t", limit_key="")
+    with pytest.raises(pgbaton.InvalidArgument, match="limit_key"):
+        queue.enqueue("t", limit_key="x" * 3000)

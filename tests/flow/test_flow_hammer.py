@@ -162,3 +162,33 @@ def test_a_limit_set_while_workers_run_takes_effect_without_a_restart(
     assert scalar(db, "SELECT count(*) FROM jobs WHERE queue = 'late'"
                       " AND started_at <= %s", limited_at) == 0
     assert scalar(db, MOST_AT_ONCE_BY_CLAIMS, "late") == 2
+
+
+MOST_AT_ONCE_PER_LIMIT_KEY = """
+WITH spans AS (SELECT limit_key, started_at, finished_at FROM jobs WHERE queue = %s)
+SELECT coalesce(max((SELECT count(*) FROM spans AS o
+                     WHERE o.limit_key = s.limit_key
+                       AND o.started_at <= s.started_at AND s.started_at < o.finished_at)),
+                0) AS most
+FROM spans AS s
+"""
+
+
+def test_a_per_key_limit_holds_for_every_limit_key_across_processes(
+    queue: pgbaton.Queue, db, start_worker
+):
+    """Three keys of 30 jobs each, at most two per key at once, three workers of eight
+    slots (each claim could take many of one key): no key ever has more than two
+    running, the limit is reached, and the queue as a whole runs wider than two."""
+    queue.set_key_concurrency("tenants", 2)
+    app_under_test.app.queue.enqueue_many([
+        {"task": "work", "args": {"seconds": 0.02}, "queue": "tenants",
+         "limit_key": f"tenant-{n % 3}"}
+        for n in range(90)
+    ])
+    workers = [start_worker("--concurrency", "8") for _ in range(3)]
+    _drained(db, "tenants", 90)
+    for worker in workers:
+        assert worker.stop() == 0, worker.log()
+    assert scalar(db, MOST_AT_ONCE_PER_LIMIT_KEY, "tenants") == 2
+    assert scalar(db, MOST_AT_ONCE_BY_CLAIMS, "tenants") > 2
