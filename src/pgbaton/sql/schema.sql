@@ -192,6 +192,9 @@ RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integ
                task text, args jsonb, key text, queue text, priority integer,
                run_at timestamptz, lease_until timestamptz, idempotency_key text,
                created_at timestamptz, next_slot_at timestamptz)
+-- A claim reads a handful of rows: compiling its plans (JIT, when a generic plan's
+-- estimate passes jit_above_cost) would cost tens of milliseconds for nothing.
+SET jit = off
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
