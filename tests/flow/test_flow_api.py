@@ -175,3 +175,20 @@ def test_per_key_limits_count_each_limit_key_apart(queue: pgbaton.Queue, db):
         queue.enqueue("t", limit_key="")
     with pytest.raises(pgbaton.InvalidArgument, match="limit_key"):
         queue.enqueue("t", limit_key="x" * 3000)
+
+
+def test_a_worker_writes_the_limits_its_app_declares_when_it_starts(
+    queue: pgbaton.Queue, dsn, schema
+):
+    """Code wins at worker start for the limits it names: a limit changed at run time is
+    set back by the next worker of the App; a limit the code does not name stays."""
+    from pgbaton.testing import WorkerThread
+
+    queue.set_concurrency("emails", 50)
+    queue.set_key_concurrency("emails", 2)
+    app = pgbaton.App(dsn, schema=schema)
+    app.limit("emails", concurrency=3, rate="10/s")
+    with WorkerThread(app):
+        settings = _settings(queue, "emails")
+    assert (settings.concurrency, settings.rate, settings.key_concurrency) == (
+        3, Rate(10, 1.0), 2)
