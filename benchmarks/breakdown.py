@@ -78,7 +78,7 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
     await raw.execute(SCHEMA_SQL)  # type: ignore[arg-type]
     queue = app.async_queue
     statement = queue._sql["job_insert"]
-    params = job_params("noop", {"seq": 1})
+    params = {**job_params("noop", {"seq": 1}), "meta": None}
     args = '{"seq": 1}'
 
     async def job_insert_on_a_bare_connection() -> None:
@@ -116,7 +116,7 @@ async def enqueue_layers(dsn: str, calls: int) -> None:
 async def backend_wakeups(dsn: str, calls: int) -> None:
     print("3. pgbaton's job_insert on one connection reused, and on four used in turn")
     statement = app.async_queue._sql["job_insert"]
-    params = job_params("noop", {"seq": 1})
+    params = {**job_params("noop", {"seq": 1}), "meta": None}
     conns = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(5)]
     one, four = conns[0], conns[1:]
     times: dict[str, list[float]] = {"one connection": [], "four in turn": []}

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import logging
+import os
 import random
 import sys
 import time
@@ -102,7 +102,7 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"pre-enqueued {jobs} jobs but {stored} are pending")
     PROBE.reset()
     capped = False
-    with RssSampler() as rss:
+    with RssSampler(system.worker_pid) as rss:
         launched = time.perf_counter()
         await system.start_worker(concurrency)
         try:
@@ -159,7 +159,7 @@ async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
         await PROBE.wait_started(n + 1, 30, alive=system.check_worker)
         await wait_until_finished(system, 30, 0.005)
     await asyncio.sleep(1.0)
-    rss_idle = rss_bytes()
+    rss_idle = rss_bytes(system.worker_pid())
     latencies: list[float] = []
     enqueue_calls: list[float] = []
     for seq in range(jobs):
@@ -285,9 +285,7 @@ async def prepare(system_name: str, dsn: str) -> dict[str, Any]:
 def check(system_name: str) -> dict[str, Any]:
     """Import the system and report its version, without touching a database."""
     system = load(system_name)
-    version = None
-    if system.distribution:
-        version = importlib.metadata.version(system.distribution)
+    version = system.installed_version()
     return {
         "name": system.name,
         "label": system.label,
@@ -314,7 +312,12 @@ def main() -> None:
     elif args.prepare:
         result = asyncio.run(prepare(args.system, args.dsn))
     else:
-        result = asyncio.run(run(args.system, args.case, args.dsn, json.loads(args.params)))
+        runner: Callable[..., Any] = asyncio.run
+        if os.environ.get("PGBATON_BENCH_LOOP") == "uvloop":  # run.py --loop uvloop
+            import uvloop
+
+            runner = uvloop.run
+        result = runner(run(args.system, args.case, args.dsn, json.loads(args.params)))
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -11,8 +11,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -66,7 +66,8 @@ def database_url(server_dsn: str, dbname: str) -> str:
 
 
 def database_name(label: str) -> str:
-    return f"{DATABASE_PREFIX}{label}_{uuid.uuid4().hex[:8]}".lower()
+    # The harness's pid is in the name, so a later run drops only what a dead run left.
+    return f"{DATABASE_PREFIX}{os.getpid()}_{label}_{uuid.uuid4().hex[:8]}".lower()
 
 
 def create_database(server_dsn: str, name: str, template: str = "template0") -> str:
@@ -104,7 +105,9 @@ def fresh_database(server_dsn: str, label: str, template: str = "template0") -> 
 
 
 def drop_leftover_databases(server_dsn: str) -> list[str]:
-    """Drop the databases of an earlier run that was killed before it could clean up."""
+    """Drop the databases of an earlier run that was killed before it could clean up:
+    those whose harness process is gone. A run still going, here or beside this one,
+    keeps its databases."""
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         names = [
             row[0]
@@ -113,9 +116,23 @@ def drop_leftover_databases(server_dsn: str) -> list[str]:
                 (DATABASE_PREFIX + "%",),
             )
         ]
-    for name in names:
+    left = [name for name in names if not _run_alive(name)]
+    for name in left:
         drop_database(server_dsn, name)
-    return names
+    return left
+
+
+def _run_alive(database: str) -> bool:
+    pid = database.removeprefix(DATABASE_PREFIX).split("_", 1)[0]
+    if not pid.isdigit():
+        return False  # named before runs carried their pid
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def server_facts(server_dsn: str) -> dict[str, Any]:
@@ -154,8 +171,10 @@ class Probe:
         self.hits = self.duplicates = 0
         self.first = self.last = None
 
-    def hit(self, seq: int) -> None:
-        now = time.perf_counter()
+    def hit(self, seq: int, at: float | None = None) -> None:
+        """A handler started job `seq`, now or `at` (a perf_counter() reading: a worker
+        in another process reports its starts on the same monotonic clock)."""
+        now = time.perf_counter() if at is None else at
         if seq in self.started:
             self.duplicates += 1
         else:
@@ -210,32 +229,41 @@ PROBE = Probe()
 # -- memory -------------------------------------------------------------------------------
 
 
-def rss_bytes() -> int:
-    return int(psutil.Process().memory_info().rss)
+def rss_bytes(pid: int | None = None) -> int:
+    return int(psutil.Process(pid).memory_info().rss)
 
 
 class RssSampler:
-    """The peak resident set size of this process, sampled on a thread while it runs."""
+    """The peak resident set size of the worker's process, sampled on a thread while it
+    runs: this process, or the one worker_pid() names (a worker that is not Python)."""
 
-    def __init__(self, interval: float = 0.05) -> None:
+    def __init__(
+        self, worker_pid: Callable[[], int | None] = lambda: None, interval: float = 0.05
+    ) -> None:
         self.interval = interval
-        self.peak = rss_bytes()
+        self.worker_pid = worker_pid
+        self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def __enter__(self) -> RssSampler:
+        self._sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
+        self._sample()
 
     def _run(self) -> None:
-        process = psutil.Process()
         while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, int(process.memory_info().rss))
+            self._sample()
+
+    def _sample(self) -> None:
+        # A worker process that has ended (or not started yet) has nothing to sample.
+        with suppress(psutil.Error):
+            self.peak = max(self.peak, rss_bytes(self.worker_pid()))
 
 
 # -- statistics ----------------------------------------------------------------------------

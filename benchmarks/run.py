@@ -42,7 +42,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 INSTALL_FAILURES = ROOT / ".venv-bench" / "install-failures.txt"
 # The requirement line of requirements-peers.txt that brings each peer.
 REQUIREMENTS = {"procrastinate": "procrastinate", "pgqueuer": "pgqueuer", "chancy": "chancy",
-                "awa": "awa-pg"}
+                "awa": "awa-pg", "graphile": "graphile-worker",
+                "graphile_b": "graphile-worker"}
 
 
 @dataclass
@@ -254,6 +255,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="also record a py-spy profile of pgbaton's drain")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the event loop every system runs on (PgQueuer's CLI picks "
+                             "uvloop; the default is the plain loop, for every system)")
     return parser.parse_args()
 
 
@@ -277,6 +281,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
 def main() -> int:
     args = parse_args()
     plan = build_plan(args)
+    os.environ["PGBATON_BENCH_LOOP"] = args.loop  # read by each run's process (case.py)
     names = args.systems.split(",") if args.systems else list(SYSTEMS)
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:

@@ -10,7 +10,8 @@ PYTHON="${PYTHON:-python3}"
 VENV="${BENCH_VENV:-.venv-bench}"
 REQUIREMENTS=benchmarks/requirements-peers.txt
 stamp="$VENV/.installed"
-if [[ -f "$stamp" && "$stamp" -nt "$REQUIREMENTS" && "$stamp" -nt pyproject.toml ]]; then
+if [[ -f "$stamp" && "$stamp" -nt "$REQUIREMENTS" && "$stamp" -nt pyproject.toml \
+      && "$stamp" -nt benchmarks/graphile/package-lock.json ]]; then
     exit 0
 fi
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
@@ -25,4 +26,13 @@ grep -v '^\s*#' "$REQUIREMENTS" | grep -v '^\s*$' | while read -r requirement; d
         printf '%s\t%s\n' "$requirement" "$(echo "$output" | grep -i error | tail -1)" >> "$failures"
     fi
 done
+# Graphile Worker runs on Node.js: installed from its lock file, when npm is here.
+if command -v npm > /dev/null; then
+    if ! output=$(npm ci --prefix benchmarks/graphile --no-audit --no-fund 2>&1); then
+        echo "could not install Graphile Worker" >&2
+        printf '%s\t%s\n' "graphile-worker" "$(echo "$output" | grep -i err | tail -1)" >> "$failures"
+    fi
+else
+    printf '%s\t%s\n' "graphile-worker" "npm is not installed" >> "$failures"
+fi
 touch "$stamp"

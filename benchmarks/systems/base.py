@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -34,6 +35,11 @@ class System:
     cases: ClassVar[frozenset[str]] = ALL_CASES - {"claim_time"}
     #: SQL that counts the jobs not finished yet (pending or running).
     unfinished_sql: ClassVar[str] = ""
+
+    @classmethod
+    def installed_version(cls) -> str | None:
+        """The version the report shows: the PyPI distribution's, by default."""
+        return importlib.metadata.version(cls.distribution) if cls.distribution else None
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -77,6 +83,11 @@ class System:
 
     async def stop_worker(self) -> None:
         raise NotImplementedError
+
+    def worker_pid(self) -> int | None:
+        """The process whose memory is the worker's: None for this one (a Python worker
+        started in-process), a child's pid for a worker in another language."""
+        return None
 
     def check_worker(self) -> None:
         """Raise if the worker has died, so that a case fails fast instead of timing out."""

@@ -152,3 +152,23 @@ class PgbatonLimitedSystem(PgbatonSystem):
     async def start_worker(self, concurrency: int) -> None:
         await app.async_queue.set_concurrency("default", 8)
         await super().start_worker(concurrency)
+
+
+class PgbatonClaimingAhead(PgbatonSystem):
+    """pgbaton with its drain option for many short jobs: claim_ahead=500, as Graphile
+    Worker's tuned configuration keeps a local queue of 500."""
+
+    name = "pgbaton_b"
+    label = "pgbaton, claiming ahead"
+    role = "variant"
+    settings = PgbatonSystem.settings + (
+        " WorkerConfig(claim_ahead=500): up to 500 jobs claimed beyond the free slots, "
+        "waiting in the worker for one (docs/architecture.md, \"Claiming ahead\")."
+    )
+    cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
+
+    async def start_worker(self, concurrency: int) -> None:
+        self.worker = Worker(
+            app, WorkerConfig(concurrency=concurrency, claim_ahead=500, dsn=self.dsn)
+        )
+        self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")

@@ -3,6 +3,7 @@
 from ._sql import schema_sql, schema_version
 from .app import App, ContextTask, Deferral, Periodic, Task, TypedTask
 from .context import JobContext
+from .dependencies import Batch, BatchInfo, Callback, Dependency
 from .errors import (
     ConfigurationError,
     ConnectionFailed,
@@ -30,12 +31,16 @@ __all__ = [
     "App",
     "AsyncQueue",
     "Backoff",
+    "Batch",
+    "BatchInfo",
+    "Callback",
     "Claim",
     "ClaimBatch",
     "ConfigurationError",
     "ConnectionFailed",
     "ContextTask",
     "Deferral",
+    "Dependency",
     "Enqueued",
     "Event",
     "IdempotencyKeyTaken",

@@ -237,6 +237,7 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     which each job carries only what differs from JOB_DEFAULTS."""
     rows: list[dict[str, Any]] = []
     known_tasks: set[str] = set()
+    queues: set[str] = set()  # the batch's queue when it has one (the tracing span's)
     idempotency_keys = False
     for position, job in enumerate(jobs):
         if (
@@ -250,6 +251,7 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             # The common case, {"task": ..., "args": {...}} for a task already checked:
             # the full check below would only find the same again.
             rows.append(job)
+            queues.add("default")
             continue
         if not isinstance(job, Mapping) or "task" not in job:
             raise InvalidArgument(f"job {position} must be a mapping with a 'task'")
@@ -264,6 +266,7 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         except InvalidArgument as error:
             raise type(error)(f"job {position}: {error}") from None
         known_tasks.add(row["task"])
+        queues.add(row["queue"])
         idempotency_keys = idempotency_keys or row["idempotency_key"] is not None
         if row["run_at"] is not None:
             row["run_at"] = row["run_at"].isoformat()
@@ -282,7 +285,8 @@ def many_job_params(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             except NotSerializable as error:
                 raise NotSerializable(f"job {position}: {error}") from None
         raise
-    return {"jobs": document, "count": len(rows), "idempotency_keys": idempotency_keys}
+    return {"jobs": document, "count": len(rows), "idempotency_keys": idempotency_keys,
+            "queue": next(iter(queues)) if len(queues) == 1 else None}
 
 
 def retry_delay(attempts: int, retry_in: float | None) -> float:

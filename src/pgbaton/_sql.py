@@ -42,7 +42,7 @@ def _in_schema(text: str, schema: str) -> str:
 
 
 QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "testing.sql",
-               "dashboard.sql")
+               "dashboard.sql", "dependencies.sql")
 
 
 @functools.cache

@@ -36,7 +36,12 @@ from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument
 from .events import Events, Subscriber
 from .flow import Rate, check_concurrency, parse_rate
-from .integrations.connections import AsyncCallerConnection, CallerConnection
+from .integrations.connections import (
+    AsyncCallerConnection,
+    AsyncConnectionProvider,
+    CallerConnection,
+    ConnectionProvider,
+)
 from .middleware import Middleware
 from .models import Backoff
 from .queue import Queue
@@ -331,6 +336,8 @@ class App:
         self.traceback_log_level = logging.INFO
         self._queue: Queue | None = None
         self._async_queue: AsyncQueue | None = None
+        self._connection_provider: ConnectionProvider | None = None
+        self._async_connection_provider: AsyncConnectionProvider | None = None
 
     def __repr__(self) -> str:
         return f"<App schema={self.schema!r} tasks={sorted(self.tasks)}>"
@@ -367,16 +374,35 @@ class App:
         unless the DSN names them (or the worker named them after itself)."""
         if self._queue is None:
             self._queue = Queue(with_application_name(self.dsn, None), schema=self.schema,
-                                events=self.events)
+                                events=self.events,
+                                connection_provider=self._connection_provider)
         return self._queue
 
     @property
     def async_queue(self) -> AsyncQueue:
         if self._async_queue is None:
             self._async_queue = AsyncQueue(
-                with_application_name(self.dsn, None), schema=self.schema, events=self.events
+                with_application_name(self.dsn, None), schema=self.schema, events=self.events,
+                connection_provider=self._async_connection_provider,
             )
         return self._async_queue
+
+    def provide_connection(self, provider: ConnectionProvider | None) -> None:
+        """Sync enqueues of this App without conn= ask provider() first: what it returns
+        (anything conn= takes) is the transaction the job joins; None means the App's
+        own pool, committed at once. pgbaton.contrib.django gives Django's connection
+        inside transaction.atomic(); None removes the provider."""
+        _check_provider("provide_connection", provider)
+        self._connection_provider = provider
+        if self._queue is not None:
+            self._queue.connection_provider = provider
+
+    def provide_async_connection(self, provider: AsyncConnectionProvider | None) -> None:
+        """provide_connection() for the async enqueues (an AsyncSession, say)."""
+        _check_provider("provide_async_connection", provider)
+        self._async_connection_provider = provider
+        if self._async_queue is not None:
+            self._async_queue.connection_provider = provider
 
     @overload
     def task(self, func: Callable[P, R]) -> TypedTask[P, R]: ...
@@ -529,6 +555,14 @@ class App:
         if config is not None and options:
             raise InvalidArgument("give a WorkerConfig or its fields as keywords, not both")
         return _worker_runner(self, config, app_spec, options)
+
+
+def _check_provider(method: str, provider: object) -> None:
+    if provider is not None and not callable(provider):
+        raise InvalidArgument(
+            f"{method} takes a function that returns the connection to join (or None), "
+            f"or None; got {type(provider).__name__}"
+        )
 
 
 def load_app(spec: str) -> App:

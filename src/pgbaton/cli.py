@@ -139,6 +139,9 @@ def load_app(spec: str) -> App:
 @click.option("--queues", default=None, help="Comma-separated queues to work [all].")
 @click.option("--concurrency", default=10, show_default=True, help="Jobs at once per process.")
 @click.option("--processes", default=1, show_default=True, help="Worker processes.")
+@click.option("--claim-ahead", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Jobs to claim beyond the free slots, waiting in the worker for one: "
+                   "faster drains of short jobs, but held jobs other workers cannot take.")
 @click.option("--lease", default=30.0, show_default=True, help="Lease in seconds.")
 @click.option("--poll-interval", default=2.0, show_default=True, help="Seconds between polls.")
 @click.option("--shutdown-grace", default=30.0, show_default=True,
@@ -163,7 +166,7 @@ def load_app(spec: str) -> App:
                    "[or PGBATON_LOG_FORMAT].")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
-    queues: str | None, concurrency: int, processes: int,
+    queues: str | None, concurrency: int, processes: int, claim_ahead: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     connect_timeout: float, log_level: str, log_format: str, stats_file: str | None,
     metrics_port: int | None,
@@ -190,7 +193,7 @@ def worker(
     wait_for_database(dsn, app.schema, connect_timeout)
     config = WorkerConfig(
         queues=[q for q in queues.split(",") if q] if queues else None,
-        concurrency=concurrency, processes=processes, lease=lease,
+        concurrency=concurrency, processes=processes, claim_ahead=claim_ahead, lease=lease,
         poll_interval=poll_interval, shutdown_grace=shutdown_grace,
         maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id, stats_path=stats_file,
         metrics_port=metrics_port,
@@ -407,7 +410,15 @@ def prune(older_than: float, dsn: str | None, schema: str, embedded: bool) -> No
 
 @main.command()
 @dsn_option
-def demo(dsn: str | None) -> None:
+@click.option("--dashboard", is_flag=True,
+              help="Serve the dashboard on 127.0.0.1 (--port) to watch the demo live; "
+                   "keeps its schema after the report until Ctrl-C.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
+              help="The dashboard's port, with --dashboard.")
+@click.option("--keep", is_flag=True,
+              help="Keep the demo's schema (and the embedded server) after the report "
+                   "until Ctrl-C, and print the `pgbaton dashboard` command that shows it.")
+def demo(dsn: str | None, dashboard: bool, port: int, keep: bool) -> None:
     """Watch the crash-and-stall demo on a real PostgreSQL, in a schema of its own: the
     --dsn, PGBATON_DSN or DATABASE_URL server, else the embedded one."""
     from .showcase import demo as demo_module
@@ -416,7 +427,7 @@ def demo(dsn: str | None) -> None:
         chosen = resolve_dsn(dsn, application_name="pgbaton demo")
     except ConfigurationError:
         chosen = resolve_dsn(None, embedded=True, application_name="pgbaton demo")
-    sys.exit(demo_module.run(chosen))
+    sys.exit(demo_module.run(chosen, keep=keep, dashboard_port=port if dashboard else None))
 
 
 main.add_command(doctor)

@@ -64,8 +64,8 @@ class JobFilter:
 # in sql/queries.sql): count_matching counts with these.
 ACTION_STATUSES: dict[str, tuple[str, ...]] = {
     "retry": ("failed", "cancelled"),
-    "cancel": ("pending", "running"),
-    "delete": ("pending", "done", "failed", "cancelled"),
+    "cancel": ("pending", "running", "waiting"),
+    "delete": ("pending", "done", "failed", "cancelled", "waiting"),
     "run_now": ("pending",),
     "set_priority": ("pending",),
 }

@@ -32,6 +32,10 @@ MAX_BATCH_BYTES = 200 * 1024 * 1024
 # 200 levels leave a wide margin and are far beyond any sensible argument.
 MAX_JSON_DEPTH = 200
 
+# One job's parents (after=): each is a row of job_dependencies and a row the enqueue
+# locks; a job waiting for more than this many is a batch's work, not a dependency list.
+MAX_PARENTS = 1000
+
 # Durations (delay, lease, retry_in, retention, a shutdown grace) and how far ahead
 # run_at may lie: ten years. Beyond that it is a mistake, not a plan.
 MAX_SECONDS = 10 * 365.25 * 24 * 3600

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "failed", "cancelled")
+# waiting: for the jobs it depends on (docs/dependencies.md); never claimed.
+STATUSES = ("pending", "running", "done", "failed", "cancelled", "waiting")
 
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 3600.0
@@ -60,6 +61,8 @@ class Claim:
     created_at: dt.datetime
     job_idempotency_key: str | None = field(default=None, repr=False)
     run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
+    # The job's headers (the enqueuing span's trace context), None when it has none.
+    meta: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -82,6 +85,7 @@ class Claim:
             created_at=row["created_at"],
             job_idempotency_key=row["idempotency_key"],
             run_at=row.get("run_at"),
+            meta=row.get("meta"),
         )
 
 
@@ -108,6 +112,9 @@ class Job:
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    batch_id: int | None = None  # the batch it belongs to (docs/dependencies.md)
+    waiting_for: int | None = None  # how many parents have not finished; None: no parents
+    meta: dict[str, Any] | None = None  # headers: the enqueuing span's trace context
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -126,6 +133,7 @@ class QueueStats:
     cancelled: int
     expired_leases: int
     oldest_pending_seconds: float | None
+    waiting: int = 0  # for the jobs they depend on (docs/dependencies.md)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueStats:

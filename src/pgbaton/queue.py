@@ -16,16 +16,17 @@ import threading
 import datetime as dt
 import math
 import time
-from collections.abc import Iterator, Iterable, Mapping, Sequence
+from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
 
 import psycopg
 import psycopg_pool
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import JsonbLoader
 
 from . import _database as database
-from . import _sql
+from . import _sql, dependencies
 from ._checks import (
     as_claim_list,
     check_filter,
@@ -46,7 +47,9 @@ from ._checks import (
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
+from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
+from .enqueue_hook import meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
 from .flow import (
@@ -90,8 +93,13 @@ class Queue:
         schema: str = "pgbaton",
         pool_size: int = 4,
         events: Events | None = None,
+        connection_provider: Callable[[], CallerConnection | None] | None = None,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
+        # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
+        # connection whose transaction the job joins (a framework's current one), or
+        # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
+        self.connection_provider = connection_provider
         # job.enqueued and job.cancelled go to these subscribers (an App's queues share
         # the App's Events); emitted when the statement ran, so with conn= the caller's
         # transaction may still roll the job back.
@@ -197,6 +205,9 @@ class Queue:
                 database.check_schema(conn, self.schema)
                 self._schema_checked = True
             with conn.cursor(row_factory=dict_row) as cursor:
+                # A caller's connection may load jsonb its own way (Django's returns
+                # text); pgbaton's rows want it parsed, as on its own connections.
+                cursor.adapters.register_loader("jsonb", JsonbLoader)
                 cursor.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
         with self._connection() as pooled:
@@ -235,22 +246,70 @@ class Queue:
         idempotency_key: str | None = None,
         max_attempts: int = 5,
         conn: CallerConnection | None = None,
+        after: Iterable[int] | None = None,
+        after_failure: str = "cancel",
         limit_key: str | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
-        that job's id (enqueue_once() also says whether the job is new). limit_key: the
-        group whose per-key limits the job obeys (docs/flow_control.md)."""
+        that job's id (enqueue_once() also says whether the job is new). With after=,
+        the job waits until those jobs are done; if one fails or is cancelled, it is
+        cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md).
+        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md)."""
+        dependencies.check_after_failure("", after_failure)
+        if dependencies.check_after("", after, labels=False):
+            if idempotency_key is not None:
+                raise InvalidArgument(
+                    "idempotency_key cannot be combined with after= (an existing job "
+                    "cannot be made to wait); nothing was written"
+                )
+            job = {
+                "task": task, "args": args, "queue": queue, "priority": priority,
+                "run_at": run_at, "delay": delay, "key": key,
+                "idempotency_key": idempotency_key, "max_attempts": max_attempts,
+                "after": after, "after_failure": after_failure, "limit_key": limit_key,
+            }
+            return (self._enqueue_graph([job], None, conn))[0]
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
             limit_key=limit_key,
         )
-        if idempotency_key is None:
+        conn = self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return self._insert_one(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            job_id = self._insert_one(params, conn)
+            span.sent([job_id])
+            return job_id
+
+    def _insert_one(
+        self, params: dict[str, Any], conn: CallerConnection | None
+    ) -> int:
+        if params["idempotency_key"] is None:
             job_id = int((self._fetch("job_insert", params, conn))[0]["id"])
-            self._enqueued(job_id, task, queue)
+            self._enqueued(job_id, params["task"], params["queue"])
             return job_id
         return (self._insert_idempotent(params, conn)).id
+
+    def _provided(
+        self, conn: CallerConnection | None
+    ) -> CallerConnection | None:
+        """conn, else what the connection provider gives (None: the pool)."""
+        if conn is not None or self.connection_provider is None:
+            return conn
+        provided = self.connection_provider()
+        if provided is None:
+            return None
+        try:
+            return psycopg_connection(provided, psycopg.Connection)
+        except InvalidArgument as error:
+            raise InvalidArgument(
+                f"the queue's connection_provider gave what conn= cannot be: {error}"
+            ) from None
 
     def _enqueued(self, job_id: int, task: str, queue: str) -> None:
         if self.events.active:
@@ -283,7 +342,16 @@ class Queue:
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
             limit_key=limit_key,
         )
-        return self._insert_idempotent(params, conn)
+        conn = self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            params["meta"] = None
+            return self._insert_idempotent(params, conn)
+        with hook(queue, 1) as span:
+            params["meta"] = meta_json(span)
+            enqueued = self._insert_idempotent(params, conn)
+            span.sent([enqueued.id])
+            return enqueued
 
     def _insert_idempotent(
         self, params: Mapping[str, Any], conn: CallerConnection | None
@@ -319,28 +387,47 @@ class Queue:
         jobs: Iterable[Mapping[str, Any]],
         *,
         conn: CallerConnection | None = None,
+        batch: Batch | None = None,
     ) -> list[int]:
         """Add many jobs in one statement; ids come back in input order. A job whose
         task already has a job with its idempotency key gets that job's id instead. All
-        or nothing: a key taken by another task's job raises and writes none of them."""
+        or nothing: a key taken by another task's job raises and writes none of them.
+        A job may carry `after` (job ids, or labels of jobs of this call), `label` and
+        `after_failure`; with batch=, the jobs form a batch whose callbacks are enqueued
+        once, when the last of them ends (docs/dependencies.md)."""
+        dependencies.check_batch(batch)
+        jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
+        if batch is not None or dependencies.needs_plan(jobs):
+            ids = self._enqueue_graph(jobs, batch, conn)
+            if ids and self.events.active:
+                self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+            return ids
         params = many_job_params(jobs)
         if not params["count"]:
             return []
-        ids = self._insert_many(params, conn)
+        conn = self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            ids = self._insert_many(params, None, conn)
+        else:
+            with hook(params["queue"], params["count"]) as span:
+                ids = self._insert_many(params, meta_json(span), conn)
+                span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
 
     def _insert_many(
-        self, params: Mapping[str, Any], conn: CallerConnection | None
+        self, params: Mapping[str, Any], meta: str | None, conn: CallerConnection | None
     ) -> list[int]:
+        statement_params = {"jobs": params["jobs"], "meta": meta}
         if not params["idempotency_keys"]:
-            (row,) = self._fetch("job_insert_many", {"jobs": params["jobs"]}, conn)
+            (row,) = self._fetch("job_insert_many", statement_params, conn)
             return cast(list[int], row["ids"])
         # The insert and the look-up of taken keys form one transaction (a savepoint in
         # the caller's), so that a key taken by another task undoes the whole batch.
         with self._transaction(conn) as held:
-            (row,) = self._fetch("job_insert_many", {"jobs": params["jobs"]}, held)
+            (row,) = self._fetch("job_insert_many", statement_params, held)
             ids: list[int | None] = row["ids"]
             if None not in ids:
                 return cast(list[int], ids)
@@ -364,6 +451,56 @@ class Queue:
                 )
             ]
 
+    def _enqueue_graph(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        batch: Batch | None,
+        conn: CallerConnection | None,
+    ) -> list[int]:
+        """Jobs with parents or in a batch, in one transaction (inside the enqueue hook,
+        as every enqueue): see _write_graph."""
+        plan = dependencies.plan(jobs)
+        params = many_job_params(plan.jobs)
+        batch_params = None if batch is None else batch.params(params["count"])
+        if not params["count"]:
+            return []
+        conn = self._provided(conn)
+        hook = self.events.enqueue_hook
+        if hook is None:
+            return self._write_graph(plan, params, batch_params, None, conn)
+        with hook(params["queue"], params["count"]) as span:
+            ids = self._write_graph(plan, params, batch_params, meta_json(span), conn)
+            span.sent(ids)
+            return ids
+
+    def _write_graph(
+        self,
+        plan: dependencies.Plan,
+        params: Mapping[str, Any],
+        batch_params: Mapping[str, Any] | None,
+        meta: str | None,
+        conn: CallerConnection | None,
+    ) -> list[int]:
+        """Lock and read the parents, write the batch, the jobs and their edges, then
+        apply the end of parents that had already failed or been cancelled."""
+        with self._transaction(conn) as held:
+            statuses: dict[int, tuple[str, str]] = {}
+            if plan.external:
+                rows = self._fetch("job_parents_lock", {"ids": plan.external}, held)
+                statuses = {row["id"]: (row["task"], row["status"]) for row in rows}
+            graph = plan.statement_params(statuses, self.schema)
+            batch_id = None
+            if batch_params is not None:
+                batch_id = (self._fetch("batch_insert", batch_params, held))[0]["id"]
+            insert = {"jobs": params["jobs"], "batch_id": batch_id, "meta": meta, **graph}
+            (row,) = self._fetch("job_insert_graph", insert, held)
+            ids = cast(list[int], row["ids"])
+            ended = plan.ended_parents(statuses)
+            if ended:
+                replay = {"parents": ended, "children": ids, "channel": self.channel}
+                self._fetch("job_parents_replay", replay, held)
+            return ids
+
     @contextmanager
     def _transaction(
         self, conn: CallerConnection | None
@@ -372,6 +509,13 @@ class Queue:
         pooled one."""
         if conn is not None:
             theirs = psycopg_connection(conn, psycopg.Connection)
+            if not theirs.autocommit and (
+                theirs.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                # psycopg's transaction() on an idle connection would BEGIN and COMMIT
+                # on its own; one statement first opens the caller's transaction, and the
+                # block below becomes a savepoint in it, committed by the caller.
+                self._fetch("server_ping", None, theirs)
             with theirs.transaction():
                 yield theirs
             return
@@ -576,6 +720,17 @@ class Queue:
         a cancelled job whose holder's lease has not run out waits for it first."""
         return bool(self._fetch("job_retry", {"id": check_job_id(job_id)}))
 
+    def dependencies(self, job_id: int) -> list[Dependency]:
+        """The jobs this job waits for (relation "parent") and those that wait for it
+        ("child"), each with its status."""
+        rows = self._fetch("job_dependencies_get", {"id": check_job_id(job_id)})
+        return [Dependency(**row) for row in rows]
+
+    def batch(self, batch_id: int) -> BatchInfo | None:
+        """A batch's counts (Job.batch_id names a job's batch); None if there is none."""
+        rows = self._fetch("batch_get", {"id": check_job_id(batch_id)})
+        return BatchInfo.from_row(rows[0]) if rows else None
+
     def get(self, job_id: int) -> Job | None:
         rows = self._fetch("job_get", {"id": check_job_id(job_id)})
         return Job.from_row(rows[0]) if rows else None
@@ -587,15 +742,17 @@ class Queue:
         queue: str | None = None,
         task: str | None = None,
         limit: int = 100,
+        conn: CallerConnection | None = None,
     ) -> list[Job]:
-        """The newest jobs first, filtered by status, queue and task."""
+        """The newest jobs first, filtered by status, queue and task; with conn=, as the
+        caller's transaction sees them (its own enqueues not yet committed included)."""
         params = {
             "status": check_status(status),
             "queue": check_filter("queue", queue),
             "task": check_filter("task", task),
             "limit": check_limit(limit),
         }
-        return [Job.from_row(row) for row in self._fetch("job_list", params)]
+        return [Job.from_row(row) for row in self._fetch("job_list", params, conn)]
 
     def stats(self) -> list[QueueStats]:
         """Per queue: jobs by status, expired leases, age of the oldest claimable job."""

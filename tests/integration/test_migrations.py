@@ -124,16 +124,25 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     from_schema_sql = _catalog(db, other_schema)
 
     # The comparison is only as good as what it sees: make sure it sees the real thing.
-    assert [c["attname"] for c in migrated["columns"]][:3] == ["id", "queue", "task"]
-    assert len([c for c in migrated["columns"] if c["relname"] == "jobs"]) == 20
+    job_columns = [c["attname"] for c in migrated["columns"] if c["relname"] == "jobs"]
+    assert job_columns[:3] == ["id", "queue", "task"]
+    # Migration 4's limit_key, migration 5's columns, then migration 6's meta.
+    assert job_columns[-5:] == [
+        "limit_key", "has_dependents", "waiting_for", "batch_id", "meta",
+    ]
+    assert len(job_columns) == 24
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }
-    assert [t["tgname"] for t in migrated["triggers"]] == ["jobs_notify_inserted"]
-    assert {f["proname"] for f in migrated["functions"]} >= {
-        "jobs_notify_inserted", "job_claim_flow",
+    assert [t["tgname"] for t in migrated["triggers"]] == [
+        "jobs_ended", "jobs_ended_by_delete", "jobs_notify_inserted", "jobs_wait_again",
+    ]
+    assert {f["proname"] for f in migrated["functions"]} == {
+        "batches_count", "job_claim_flow", "jobs_ended", "jobs_notify_inserted",
+        "jobs_release_children", "jobs_wait_again",
     }
-    assert "fillfactor=70" in migrated["tables"][0]["reloptions"]
+    jobs_table = next(t for t in migrated["tables"] if t["relname"] == "jobs")
+    assert "fillfactor=70" in jobs_table["reloptions"]
     assert all(
         "SCHEMA." in i["indexdef"] and schema not in i["indexdef"] for i in migrated["indexes"]
     )

@@ -45,10 +45,12 @@ def schema_versions(db: psycopg.Connection[DictRow]) -> list[int]:
 
 def test_djangos_test_runner_passes_the_shop_tests(server_dsn: str) -> None:
     """`manage.py test shop`: a rolled-back atomic block leaves no job and no wake-up, a
-    committed one is run by `manage.py pgbaton worker`, a TestCase sees its job."""
+    committed one is run by `manage.py pgbaton worker`, with conn= or without it (the
+    app joins transaction.atomic()), a TestCase sees its job; and the jobs' admin
+    (shop/test_admin.py) lists, filters, shows, retries and cancels."""
     run = manage(server_dsn, "test", "shop", "--noinput")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "Ran 4 tests" in run.stderr and "\nOK" in run.stderr
+    assert "Ran 14 tests" in run.stderr and "\nOK" in run.stderr
 
 
 def test_migrate_creates_pgbatons_schema(
@@ -136,3 +138,120 @@ def test_bad_settings_are_refused_in_one_line(
                          text=True, timeout=120, check=False)
     assert run.returncode == 1
     assert message in run.stderr.strip().splitlines()[-1], run.stderr
+
+
+TWO_DATABASES_SCRIPT = """
+import sys
+
+import django
+import psycopg
+from django.conf import settings
+
+params = psycopg.conninfo.conninfo_to_dict(sys.argv[1])
+database = {
+    "ENGINE": "django.db.backends.postgresql", "NAME": params.get("dbname", ""),
+    "USER": params.get("user", ""), "PASSWORD": params.get("password", ""),
+    "HOST": params.get("host", ""), "PORT": params.get("port", ""),
+}
+settings.configure(
+    INSTALLED_APPS=["pgbaton.contrib.django"],
+    DATABASES={"default": database, "jobs": dict(database)},
+    PGBATON={"APP": "tests.integrations.shop_tasks:app", "DATABASE": "jobs",
+             "SCHEMA": sys.argv[2]},
+)
+django.setup()
+
+from django.db import transaction
+
+from tests.integrations.shop_tasks import send_receipt
+
+
+class Refused(Exception):
+    pass
+
+
+for alias, order_id in (("jobs", 1), ("default", 2)):
+    try:
+        with transaction.atomic(using=alias):
+            send_receipt.defer(order_id=order_id)
+            raise Refused
+    except Refused:
+        pass
+send_receipt.app.queue.close()
+"""
+
+
+def test_enqueue_joins_atomic_blocks_of_pgbatons_database_only(
+    dsn: str, shop: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """With PGBATON["DATABASE"] = "jobs", an atomic block on "jobs" takes its job with it
+    when rolled back; one on "default" is not the jobs' database: its job goes through
+    pgbaton's own pool and stays."""
+    run = subprocess.run(
+        [sys.executable, "-c", TWO_DATABASES_SCRIPT, dsn, shop], cwd=PROJECT.parents[1],
+        env={**os.environ, "PYTHONPATH": str(PROJECT.parents[1])},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = db.execute("SELECT args FROM jobs").fetchall()
+    assert [row["args"] for row in rows] == [{"order_id": 2}]
+
+
+PSYCOPG2_SCRIPT = """
+import sys
+
+import psycopg
+
+# Django picks psycopg 3 whenever it can be imported, as it always can beside pgbaton;
+# hidden while Django loads its backend, Django falls back to psycopg2, as Django 4.1
+# and older always do.
+hidden = {name: module for name, module in sys.modules.items()
+          if name == "psycopg" or name.startswith("psycopg.")}
+params = psycopg.conninfo.conninfo_to_dict(sys.argv[1])
+sys.modules.update(dict.fromkeys(hidden))
+
+import django
+from django.conf import settings
+
+settings.configure(DATABASES={"default": {
+    "ENGINE": "django.db.backends.postgresql", "NAME": params.get("dbname", ""),
+    "USER": params.get("user", ""), "PASSWORD": params.get("password", ""),
+    "HOST": params.get("host", ""), "PORT": params.get("port", ""),
+    "OPTIONS": {"options": f"-c search_path={sys.argv[2]}"},
+}})
+django.setup()
+from django.db import connection
+
+connection.ensure_connection()
+sys.modules.update(hidden)
+
+import pgbaton
+from tests.integrations.shop_tasks import send_receipt
+
+send_receipt.app.configure(dsn=sys.argv[1], schema=sys.argv[2])
+try:
+    send_receipt.using(conn=connection).defer(order_id=1)
+except pgbaton.InvalidArgument as error:
+    print(type(connection.connection).__module__)
+    print(error)
+"""
+
+
+def test_a_django_connection_on_psycopg2_is_refused_with_what_to_do(
+    dsn: str, shop: str, db: psycopg.Connection[DictRow]
+) -> None:
+    """Django on psycopg2 is refused in one line saying to install psycopg 3."""
+    run = subprocess.run(
+        [sys.executable, "-c", PSYCOPG2_SCRIPT, dsn, shop], cwd=PROJECT.parents[1],
+        env={**os.environ, "PYTHONPATH": str(PROJECT.parents[1])},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    driver, message = run.stdout.splitlines()
+    assert driver == "psycopg2.extensions"
+    assert message == (
+        "conn is Django's database 'default', whose driver is psycopg2, not psycopg 3: "
+        "pgbaton writes through psycopg 3 only (SQLAlchemy: a postgresql+psycopg:// URL; "
+        "Django 4.2+: psycopg installed, which Django prefers to psycopg2)"
+    )
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}

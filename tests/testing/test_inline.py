@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import pgbaton
-from pgbaton.testing import inline
+from pgbaton.testing import assert_enqueued, inline
 
 # No DSN anywhere: inline mode must never need one.
 app = pgbaton.App("postgresql://nobody@127.0.0.1:1/none")
@@ -87,3 +87,9 @@ def test_the_app_gets_its_queues_back_and_the_rest_needs_a_database() -> None:
     with inline(app), no_database:
         app.queue.stats()
     assert app.queue is before
+
+
+def test_assert_enqueued_inside_inline_says_there_is_no_database() -> None:
+    """An assertion on pending jobs has nothing to read inline, and says which call."""
+    with inline(app), pytest.raises(pgbaton.ConfigurationError, match=r"Queue.jobs .*inline"):
+        assert_enqueued(add)

@@ -111,3 +111,40 @@ def test_the_subscriber_counts_maintenance_and_lost_claims() -> None:
     assert found[("pgbaton_leader_changes_total", (("change", "elected"),))] == 1
     assert found[("pgbaton_leader_changes_total", (("change", "lost"),))] == 1
     assert found[("pgbaton_job_timeouts_total", (("queue", "q"), ("task", "t")))] == 1
+
+
+def test_the_documented_metrics_are_the_exported_ones(client: TestClient, jobs: Jobs) -> None:
+    """docs/dashboard.md's Prometheus table lists exactly the metrics pgbaton exports,
+    with their types and labels, named as Prometheus asks (snake case, `_total`
+    counters, `_seconds` for times)."""
+    import re
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    subscriber = metrics.JobMetrics(registry)
+    for name in (*metrics.OUTCOMES, "job.timed_out", "job.reaped", "leader.elected"):
+        subscriber(pgbaton.Event(name, task="t", queue="q", run_time=0.1))
+    subscriber(pgbaton.Event("job.started", task="t", queue="q", queue_time=0.1))
+    exported: dict[str, tuple[str, set[str]]] = {}
+    for text in (generate_latest(registry).decode(), client.get("/metrics").text):
+        for family in text_string_to_metric_families(text):
+            if family.name.endswith("_created"):  # prometheus-client's creation times
+                continue
+            name = family.name + ("_total" if family.type == "counter" else "")
+            labels = {label for s in family.samples for label in s.labels} - {"le"}
+            exported[name] = (family.type, labels)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text()
+    section = doc.split("## Prometheus", 1)[1].split("\n## ", 1)[0]
+    documented = {
+        name: (kind, {label.strip() for label in re.sub(r"\([^)]*\)", "", labels).split(",")
+                      if label.strip()})
+        for name, kind, labels in re.findall(r"^\| `(\w+)` \| (\w+) \|([^|]*)\|",
+                                             section, re.MULTILINE)
+    }
+    assert documented == exported
+    for name, (kind, _) in exported.items():
+        assert re.fullmatch(r"pgbaton_[a-z_]+", name)
+        assert name.endswith("_total") == (kind == "counter")
+        assert kind != "histogram" or name.endswith("_seconds")

@@ -82,6 +82,19 @@ def test_one_job_shows_attempts_claim_and_same_key(client: TestClient, jobs: Job
     assert 'id="field-claim_token"><span class="none">' not in running
     keyed = client.get(f"/jobs/{jobs.keyed[0]}", headers=HTML).text
     assert f'href="/jobs/{jobs.keyed[1]}"' in keyed
+    assert 'id="meta"' not in keyed  # no headers, no section
+
+
+def test_one_job_shows_its_headers_escaped(client: TestClient, jobs: Jobs,
+                                           db: psycopg.Connection[DictRow]) -> None:
+    """A job's meta (the trace context tracing stores) is shown under Headers, as text
+    even when it holds markup."""
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    db.execute("UPDATE jobs SET meta = jsonb_build_object('traceparent', %s::text, "
+               "'note', %s::text) WHERE id = %s", (traceparent, HOSTILE, jobs.pending))
+    page = client.get(f"/jobs/{jobs.pending}", headers=HTML).text
+    assert 'id="meta"' in page and traceparent in page
+    assert HOSTILE not in page and "&lt;script&gt;" in page
 
 
 def test_other_pages_answer(client: TestClient, jobs: Jobs) -> None:

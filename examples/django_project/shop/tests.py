@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.test import TestCase, TransactionTestCase
 from pgbaton.contrib.django import deferral, enqueue, pgbaton_settings
 from pgbaton.contrib.django.settings import database_dsn
+from pgbaton.testing import assert_enqueued, refute_enqueued
 
 from shop.jobs import send_receipt
 from shop.models import Order
@@ -25,6 +26,31 @@ def job_count() -> int:
     with connection.cursor() as cursor:
         cursor.execute(f'SELECT count(*) FROM "{pgbaton_settings().schema}".jobs')
         return int(cursor.fetchone()[0])
+
+
+def job_status(job_id: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'SELECT status FROM "{pgbaton_settings().schema}".jobs WHERE id = %s', [job_id]
+        )
+        return str(cursor.fetchone()[0])
+
+
+def jobs_seen_elsewhere(dsn: str) -> int:
+    """The jobs another connection sees: only committed ones."""
+    with psycopg.connect(dsn, autocommit=True) as other:
+        return other.execute(
+            f'SELECT count(*) FROM "{pgbaton_settings().schema}".jobs'
+        ).fetchone()[0]
+
+
+def pgbaton_pool_connections(dsn: str) -> int:
+    """Connections of the App's own pool (named `pgbaton`) on the test database."""
+    with psycopg.connect(dsn, autocommit=True) as other:
+        return other.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'pgbaton' AND datname = current_database()"
+        ).fetchone()[0]
 
 
 def wait_until(condition, what: str, timeout: float = 60) -> None:
@@ -77,6 +103,44 @@ class JobsFollowDjangoTransactions(TransactionTestCase):
         )
         self.assertEqual(list(Order.objects.values_list("item", flat=True)), ["kept"])
 
+    def test_enqueue_without_conn_joins_the_atomic_block(self) -> None:
+        """Inside transaction.atomic(), defer(), enqueue() and the App's Queue.enqueue
+        with no conn= write on Django's connection: rolled back or committed with the
+        order, with no transaction.on_commit and without opening pgbaton's own pool."""
+        dsn = database_dsn("default")
+        queue = send_receipt.app.queue
+        queue.close()  # no pool left open by an earlier test
+        self.addCleanup(queue.close)
+
+        class Refused(Exception):
+            pass
+
+        with self.assertRaises(Refused), transaction.atomic():
+            Order.objects.create(item="lost")
+            send_receipt.using(queue="rolled_back").defer(order_id=0)
+            send_receipt.enqueue({"order_id": 0}, queue="rolled_back")
+            queue.enqueue("send_receipt", {"order_id": 0}, queue="rolled_back")
+            self.assertEqual(job_count(), 3)  # Django's connection sees its own jobs
+            raise Refused
+        self.assertEqual(job_count(), 0)
+        with transaction.atomic():
+            order = Order.objects.create(item="kept")
+            job_id = send_receipt.defer(order_id=order.id)
+            with transaction.atomic():  # a savepoint joins the same way
+                send_receipt.defer(order_id=order.id)
+                transaction.set_rollback(True)
+            self.assertEqual(jobs_seen_elsewhere(dsn), 0)
+        self.assertEqual(jobs_seen_elsewhere(dsn), 1)
+        self.assertEqual(pgbaton_pool_connections(dsn), 0)
+        payloads = [note.payload for note in self.wakeups.notifies(timeout=60, stop_after=1)]
+        self.assertEqual(payloads, ["default"])
+        wait_until(lambda: job_status(job_id) == "done", f"job {job_id} to be done")
+        self.assertTrue(Order.objects.get(id=order.id).receipt_sent)
+        # Outside any atomic block: pgbaton's own pool, committed at once.
+        send_receipt.defer(order_id=order.id)
+        self.assertEqual(jobs_seen_elsewhere(dsn), 2)
+        self.assertGreaterEqual(pgbaton_pool_connections(dsn), 1)
+
     def test_a_job_enqueued_on_pgbatons_own_connection_goes_to_the_test_database(self) -> None:
         order = Order.objects.create(item="book")
         send_receipt.defer(order_id=order.id)  # no conn=: committed at once, on its own
@@ -103,6 +167,20 @@ class JobsFollowDjangoTransactions(TransactionTestCase):
 
 class JobsInsideATestCase(TestCase):
     """A TestCase's transaction holds the job: visible inside, gone after the test."""
+
+    def test_enqueue_without_conn_joins_the_tests_transaction(self) -> None:
+        order = Order.objects.create(item="book")
+        send_receipt.defer(order_id=order.id)  # no conn=: the TestCase's atomic block
+        self.assertEqual(job_count(), 1)
+        self.assertEqual(jobs_seen_elsewhere(database_dsn("default")), 0)
+
+    def test_pgbaton_testing_sees_the_tests_transaction(self) -> None:
+        """assert_enqueued reads through the App's connection provider: Django's
+        connection here, so it sees what the test's transaction holds."""
+        order = Order.objects.create(item="book")
+        send_receipt.defer(order_id=order.id)
+        assert_enqueued(send_receipt, args={"order_id": order.id}, count=1)
+        refute_enqueued(send_receipt, args={"order_id": order.id + 1})
 
     def test_the_job_is_seen_in_the_tests_transaction(self) -> None:
         order = Order.objects.create(item="book")

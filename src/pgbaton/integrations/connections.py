@@ -12,7 +12,7 @@ sync twin of the queue asks for `psycopg.Connection` and gets one without awaiti
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 import psycopg
@@ -37,6 +37,10 @@ CallerConnection: TypeAlias = (
 AsyncCallerConnection: TypeAlias = (
     "psycopg.AsyncConnection[Any] | AsyncSession | SAAsyncConnection"
 )
+# What App.provide_connection and provide_async_connection take: a callable giving the
+# connection whose transaction an enqueue without conn= joins, or None for the pool.
+ConnectionProvider: TypeAlias = "Callable[[], CallerConnection | None]"
+AsyncConnectionProvider: TypeAlias = "Callable[[], AsyncCallerConnection | None]"
 Driver = TypeVar("Driver", psycopg.Connection[Any], psycopg.AsyncConnection[Any])
 
 _SYNC_ADVICE = "use Queue.enqueue or a task's enqueue/defer"

@@ -36,7 +36,7 @@ from rich.table import Table
 
 from .. import _sql
 from ..queue import Queue
-from . import demo_app
+from . import demo_app, watch
 
 LEASE = 2.0
 STALL = 60.0  # at most; the stall ends once another worker has done the job
@@ -270,25 +270,50 @@ def _final_stats(log: Path) -> dict[str, int]:
     return dict(json.loads(path.read_text())["stats"]) if path.exists() else {}
 
 
-def run(dsn: str, console: Console | None = None) -> int:
-    """Run the demo against dsn in a schema of its own; returns the exit status."""
+def run(dsn: str, console: Console | None = None, *, keep: bool = False,
+        dashboard_port: int | None = None) -> int:
+    """Run the demo against dsn in a schema of its own; returns the exit status. With
+    dashboard_port, the dashboard serves that schema on 127.0.0.1 from the start; with
+    it or keep, the schema (and this process) stays after the report until Ctrl-C."""
     console = console or Console()
     schema = f"pgbaton_demo_{uuid.uuid4().hex[:8]}"
+    dashboard: watch.DashboardThread | None = None
     with tempfile.TemporaryDirectory(prefix="pgbaton-demo-") as workdir:
         demo = Demo(dsn, schema, console, Path(workdir))
         try:
+            if dashboard_port is not None:
+                with Queue(dsn, schema=schema) as queue:
+                    queue.migrate()  # before the first page asks for it
+                dashboard = watch.DashboardThread(dsn, schema, dashboard_port)
+                dashboard.start()
+                console.print(f"Watch it live in the dashboard: {dashboard.url}")
+            elif keep:
+                console.print(f"Watch it: {watch.dashboard_command(dsn, schema)}")
             checks, throughput = demo.run()
+            _stop_workers(demo)
+            _print_report(console, checks, throughput)
+            if keep or dashboard is not None:
+                watch.until_interrupted(console, schema)
         finally:
-            for worker in demo.workers:
-                if worker.process.poll() is None:
-                    worker.process.kill()
-                    worker.process.wait()
+            _stop_workers(demo)
+            if dashboard is not None:
+                dashboard.stop()
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(_sql.queries(schema)["demo_schema_drop"])
+    return 0 if all(c.passed for c in checks) else 1
+
+
+def _stop_workers(demo: Demo) -> None:
+    for worker in demo.workers:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+
+
+def _print_report(console: Console, checks: list[Check], throughput: str) -> None:
     table = Table("", "invariant (from SQL)", "evidence", title="pgbaton demo: the report")
     for check in checks:
         table.add_row("[green]PASS[/]" if check.passed else "[red]FAIL[/]", check.name,
                       check.evidence)
     console.print(table)
     console.print(throughput)
-    return 0 if all(c.passed for c in checks) else 1

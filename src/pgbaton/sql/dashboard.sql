@@ -10,7 +10,8 @@
 -- Per queue: unfinished jobs by state and the failed ones. Each count is its own
 -- scan of the partial index whose predicate it repeats, so done rows (nearly all of a
 -- busy table) are never read: pending from jobs_claimable, running from
--- jobs_running_lease, failed from jobs_finished.
+-- jobs_running_lease, failed from jobs_failed (which holds the queue: an index-only
+-- scan), or jobs_finished on a schema older than migration 6.
 SELECT queue,
        sum(pending)::bigint AS pending,
        sum(scheduled)::bigint AS scheduled,
@@ -33,7 +34,7 @@ FROM (
     UNION ALL
     SELECT queue, 0, 0, 0, count(*), NULL, 0
     FROM __schema__.jobs
-    WHERE status = 'failed' AND status IN ('done', 'failed', 'cancelled')  -- jobs_finished
+    WHERE status = 'failed' AND status IN ('done', 'failed', 'cancelled')  -- jobs_failed or jobs_finished
     GROUP BY queue
 ) AS counted
 GROUP BY queue

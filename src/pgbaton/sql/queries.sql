@@ -30,11 +30,11 @@ INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(nam
 
 -- name: job_insert
 -- A job without an idempotency key: a plain insert, the cheapest there is.
-INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts,
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta,
                              limit_key)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(key)s, %(max_attempts)s, %(limit_key)s)
+        %(key)s, %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s)
 RETURNING id;
 
 -- name: job_insert_idempotent
@@ -44,10 +44,11 @@ RETURNING id;
 -- comes back, and the caller finds and names that job (docs/guarantees.md).
 WITH inserted AS (
     INSERT INTO __schema__.jobs
-        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, limit_key)
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
+         limit_key)
     VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(limit_key)s)
+            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s)
     ON CONFLICT DO NOTHING
     RETURNING id
 )
@@ -61,7 +62,8 @@ WHERE task = %(task)s AND idempotency_key = %(idempotency_key)s
 -- The jobs arrive as one JSON array (cheaper to send than an array per column), each
 -- job with only the fields that differ from enqueue()'s defaults, which the coalesces
 -- below restore (_base.JOB_DEFAULTS is the same list). Ids are drawn before the insert
--- so that each can be matched to its input position.
+-- so that each can be matched to its input position. `meta` is one for the whole batch
+-- (the trace context of the span around it), sent once rather than in every job.
 WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
@@ -73,11 +75,11 @@ WITH input AS (
 ),
 inserted AS (
     INSERT INTO __schema__.jobs
-        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts,
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
          limit_key)
     SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           key, idempotency_key, coalesce(max_attempts, 5), limit_key
+           key, idempotency_key, coalesce(max_attempts, 5), %(meta)s::jsonb, limit_key
     FROM input ORDER BY position
     ON CONFLICT DO NOTHING  -- as in job_insert_idempotent
     RETURNING id
@@ -170,7 +172,8 @@ claimed AS (
     FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
     WHERE j.id = ANY(candidate.ids)
     RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
-              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at
+              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
+              j.meta
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
@@ -426,10 +429,11 @@ RETURNING j.id, j.status;
 -- A running job keeps its claim token and lease: its handler may still be running, so
 -- its key stays held until the holder releases it or the lease runs out. The holder's
 -- heartbeat and completion no longer match (status is not 'running'): it learns at its
--- next heartbeat that it lost the job.
+-- next heartbeat that it lost the job. A waiting job (docs/dependencies.md) may be
+-- cancelled too; the jobs that wait for it are then cancelled by jobs_ended.
 UPDATE __schema__.jobs
 SET status = 'cancelled', finished_at = now()
-WHERE id = %(id)s AND status IN ('pending', 'running')
+WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id;
 
 -- name: job_retry
@@ -447,14 +451,14 @@ RETURNING id;
 -- name: job_get
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at
+       started_at, finished_at, batch_id, waiting_for, meta
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
 -- name: job_list
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at
+       started_at, finished_at, batch_id, waiting_for
 FROM __schema__.jobs
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -471,7 +475,8 @@ SELECT queue,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired_leases,
        extract(epoch FROM now() - min(run_at) FILTER (
-           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds
+           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds,
+       count(*) FILTER (WHERE status = 'waiting')   AS waiting
 FROM __schema__.jobs
 GROUP BY queue
 ORDER BY queue;
@@ -515,7 +520,7 @@ LISTEN __channel__;
 -- Not a job whose old handler may still run (a cancelled or retried job's hold): its key
 -- stays held until that handler lets go or its lease ends.
 DELETE FROM __schema__.jobs
-WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled')
+WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
   AND (claim_token IS NULL OR lease_until <= now())
 RETURNING id;
 
@@ -579,7 +584,7 @@ SELECT (SELECT count(*) FROM retried) AS changed, (SELECT count(*) FROM woken) A
 -- As job_cancel: a running job keeps its token and lease as a hold on its key.
 UPDATE __schema__.jobs AS j
 SET status = 'cancelled', finished_at = now()
-WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running')
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running', 'waiting')
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
   AND (%(task)s::text IS NULL OR j.task = %(task)s)
@@ -593,7 +598,7 @@ RETURNING j.id;
 
 -- name: job_delete_matching
 DELETE FROM __schema__.jobs AS j
-WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled')
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
   AND (j.claim_token IS NULL OR j.lease_until <= now())
   AND (%(status)s::text IS NULL OR j.status = %(status)s)
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)

@@ -21,9 +21,20 @@ CREATE TABLE __schema__.jobs (
     created_at      timestamptz NOT NULL DEFAULT now(),
     started_at      timestamptz,
     finished_at     timestamptz,
+    -- The group whose per-key limits count the job (migration 4; docs/flow_control.md).
     limit_key       text,
+    -- Some job waits for this one: its end runs the jobs_ended trigger.
+    has_dependents  boolean     NOT NULL DEFAULT false,
+    -- How many of its parents have not finished; NULL for a job without parents.
+    waiting_for     integer,
+    batch_id        bigint,
+    -- Headers that travel with the job, not handed to its handler: the trace context
+    -- of the span that enqueued it (migration 6). NULL when there are none.
+    meta            jsonb,
     CONSTRAINT jobs_status_known
-        CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled')),
+        CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled', 'waiting')),
+    CONSTRAINT jobs_waiting_for_parents
+        CHECK (waiting_for >= 0 AND (status <> 'waiting' OR waiting_for > 0)),
     -- A running job holds a token and a lease; a cancelled (or since retried) job keeps
     -- its old holder's until the holder lets go (docs/state_machine.md); done and failed
     -- jobs hold neither.
@@ -87,6 +98,11 @@ CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_
 CREATE INDEX jobs_finished ON __schema__.jobs (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 
+-- The dashboard's failed jobs, newest first, and their count per queue, from this index
+-- alone; only failed rows enter it, so the hot path never writes to it (migration 6).
+CREATE INDEX jobs_failed ON __schema__.jobs (id) INCLUDE (queue)
+    WHERE status = 'failed';
+
 -- One NOTIFY per inserting statement and queue, sent at commit (never on rollback).
 -- The payload is the queue name; listeners wake and claim.
 CREATE FUNCTION __schema__.jobs_notify_inserted() RETURNS trigger
@@ -108,7 +124,7 @@ CREATE TRIGGER jobs_notify_inserted
     REFERENCING NEW TABLE AS inserted_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION __schema__.jobs_notify_inserted();
 
--- Flow control (docs/flow_control.md): queue settings, the starts of rate-limited
+-- Flow control (migration 4, docs/flow_control.md): queue settings, the starts of rate-limited
 -- queues, and the claim that obeys them.
 
 -- One row per queue that has a setting; a queue without a row has none.
@@ -191,7 +207,7 @@ CREATE FUNCTION __schema__.job_claim_flow(
 RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
                task text, args jsonb, key text, queue text, priority integer,
                run_at timestamptz, lease_until timestamptz, idempotency_key text,
-               created_at timestamptz, next_slot_at timestamptz)
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
 -- A claim reads a handful of rows: compiling its plans (JIT, when a generic plan's
 -- estimate passes jit_above_cost) would cost tens of milliseconds for nothing.
 SET jit = off
@@ -344,7 +360,9 @@ BEGIN
         WHERE j.id = picked.id
         RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
                   j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key,
-                  j.created_at, j.started_at, j.limit_key
+                  j.created_at, j.started_at, j.limit_key,
+                  -- Migration 6's column: this release applies 4 to 6 together.
+                  j.meta
     ),
     -- Each start is logged at its own time, later than the clock the window was counted
     -- at: no claim of the queue can come between (this one holds its lock), so every
@@ -357,7 +375,7 @@ BEGIN
     )
     SELECT c.id, c.claim_token, c.attempts, c.max_attempts, c.task, c.args, c.key,
            c.queue, c.priority, c.run_at, c.lease_until, c.idempotency_key, c.created_at,
-           NULL::timestamptz
+           NULL::timestamptz, c.meta
     FROM claimed AS c
     ORDER BY c.priority DESC, c.run_at, c.id;
 
@@ -370,7 +388,7 @@ BEGIN
     SELECT NULL::bigint, NULL::uuid, NULL::integer, NULL::integer, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::timestamptz,
            NULL::timestamptz, NULL::text, NULL::timestamptz,
-           min(w.oldest + q.rate_period)
+           min(w.oldest + q.rate_period), NULL::jsonb
     FROM __schema__.queues AS q
     CROSS JOIN LATERAL (
         SELECT min(st.started_at) AS oldest, count(*) AS starts
@@ -381,3 +399,220 @@ BEGIN
     HAVING min(w.oldest + q.rate_period) IS NOT NULL;
 END;
 $$;
+
+-- Dependencies and batches (migration 5, docs/dependencies.md).
+
+-- Dependencies: which jobs wait for which. No foreign keys: they would add a check to
+-- every insert and delete of an ordinary job. The trigger below keeps the rows honest:
+-- a parent's edges go when the parent is deleted.
+CREATE TABLE __schema__.job_dependencies (
+    parent_id         bigint  NOT NULL,
+    child_id          bigint  NOT NULL,
+    -- The child counts this parent as finished even when it ends failed or cancelled.
+    run_after_failure boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (parent_id, child_id)
+);
+
+-- A child's parents, for a retry's recount and the job page.
+CREATE INDEX job_dependencies_child ON __schema__.job_dependencies (child_id);
+
+-- Batches: jobs enqueued together whose callbacks are enqueued once, when the last of
+-- them ends (docs/dependencies.md). jobs_left is decremented under the row's lock.
+CREATE TABLE __schema__.batches (
+    id          bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    jobs        integer     NOT NULL,
+    jobs_left   integer     NOT NULL,
+    done        integer     NOT NULL DEFAULT 0,
+    failed      integer     NOT NULL DEFAULT 0,
+    cancelled   integer     NOT NULL DEFAULT 0,
+    on_finish   jsonb,
+    on_success  jsonb,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz,
+    CONSTRAINT batches_counts_add_up CHECK (
+        jobs >= 1 AND jobs_left >= 0 AND done >= 0 AND failed >= 0 AND cancelled >= 0
+        AND jobs_left + done + failed + cancelled = jobs),
+    CONSTRAINT batches_finished_when_empty CHECK ((jobs_left = 0) = (finished_at IS NOT NULL))
+);
+
+-- A parent's end releases or cancels its waiting children (only those of only_children
+-- when given: an enqueue replays the end of a parent that ended before it).
+-- A failure cancels, in one statement, every waiting job below that cannot run any
+-- more (following the edges that do not run after a failure): the trigger each of them
+-- fires then finds nothing left to cancel, so a chain of any length is cancelled at a
+-- trigger depth of two, never one level per job (PostgreSQL's stack would not last).
+-- Then the children that count this end as finished are decremented; the UPDATE
+-- row-locks each, so two parents ending at once serialise and exactly one takes
+-- waiting_for to 0.
+CREATE FUNCTION __schema__.jobs_release_children(
+    ended_id bigint, ended_task text, outcome text, only_children bigint[], channel text
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    woken text[];
+    queue_name text;
+BEGIN
+    IF outcome <> 'done' THEN
+        WITH RECURSIVE doomed (id, task, parent_id, parent_task, parent_outcome) AS (
+            SELECT c.id, c.task, ended_id, ended_task, outcome
+            FROM __schema__.job_dependencies AS d
+            JOIN __schema__.jobs AS c ON c.id = d.child_id
+            WHERE d.parent_id = ended_id AND NOT d.run_after_failure
+              AND c.status = 'waiting'
+              AND (only_children IS NULL OR c.id = ANY(only_children))
+            UNION
+            SELECT c.id, c.task, doomed.id, doomed.task, 'cancelled'
+            FROM doomed
+            JOIN __schema__.job_dependencies AS d ON d.parent_id = doomed.id
+            JOIN __schema__.jobs AS c ON c.id = d.child_id
+            WHERE NOT d.run_after_failure AND c.status = 'waiting'
+        )
+        UPDATE __schema__.jobs AS c
+        SET status = 'cancelled',
+            finished_at = now(),
+            errors = c.errors || jsonb_build_array(jsonb_build_object(
+                'type', 'DependencyFailed',
+                'message', format('job %s (task %s) that this job waits for %s',
+                                  first.parent_id, first.parent_task,
+                                  CASE first.parent_outcome WHEN 'deleted' THEN 'was deleted'
+                                       ELSE 'ended ' || first.parent_outcome END),
+                'parent_id', first.parent_id, 'at', now()))
+        FROM (SELECT DISTINCT ON (id) * FROM doomed ORDER BY id, parent_id) AS first
+        WHERE c.id = first.id AND c.status = 'waiting';
+    END IF;
+    WITH released AS (
+        UPDATE __schema__.jobs AS c
+        SET waiting_for = c.waiting_for - 1,
+            status = CASE WHEN c.waiting_for = 1 THEN 'pending' ELSE 'waiting' END
+        FROM __schema__.job_dependencies AS d
+        WHERE d.parent_id = ended_id AND c.id = d.child_id
+          AND (outcome = 'done' OR d.run_after_failure)
+          AND c.status = 'waiting'
+          AND (only_children IS NULL OR c.id = ANY(only_children))
+        RETURNING c.queue, c.status, c.run_at
+    )
+    SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'pending' AND run_at <= now())
+    INTO woken FROM released;
+    -- The insert trigger wakes workers for new jobs only: a released one needs its own.
+    FOREACH queue_name IN ARRAY coalesce(woken, '{}') LOOP
+        PERFORM pg_notify(channel, queue_name);
+    END LOOP;
+END;
+$$;
+
+-- A batch member ended (ended) or was taken back by a retry (NOT ended) with status
+-- outcome. The UPDATE row-locks the batch, so exactly one end takes jobs_left to 0, and
+-- that one enqueues the callbacks, in its own transaction.
+CREATE FUNCTION __schema__.batches_count(batch_id bigint, outcome text, ended boolean)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    step integer := CASE WHEN ended THEN 1 ELSE -1 END;
+    batch record;
+BEGIN
+    UPDATE __schema__.batches AS b
+    SET jobs_left = b.jobs_left - step,
+        done = b.done + CASE WHEN outcome = 'done' THEN step ELSE 0 END,
+        failed = b.failed + CASE WHEN outcome = 'failed' THEN step ELSE 0 END,
+        cancelled = b.cancelled + CASE WHEN outcome IN ('cancelled', 'deleted') THEN step
+                                       ELSE 0 END,
+        finished_at = CASE WHEN b.jobs_left - step = 0 THEN now() END
+    WHERE b.id = batches_count.batch_id AND b.finished_at IS NULL
+    RETURNING b.* INTO batch;
+    IF FOUND AND batch.jobs_left = 0 THEN
+        INSERT INTO __schema__.jobs (queue, task, args, priority, max_attempts)
+        SELECT coalesce(callback->>'queue', 'default'), callback->>'task',
+               coalesce(callback->'args', '{}') || jsonb_build_object('batch',
+                   jsonb_build_object('id', batch.id, 'jobs', batch.jobs, 'done', batch.done,
+                                      'failed', batch.failed, 'cancelled', batch.cancelled)),
+               coalesce((callback->>'priority')::integer, 0),
+               coalesce((callback->>'max_attempts')::integer, 5)
+        FROM unnest(ARRAY[batch.on_finish,
+                          CASE WHEN batch.done = batch.jobs THEN batch.on_success END])
+             AS callback
+        WHERE callback IS NOT NULL;
+    END IF;
+END;
+$$;
+
+-- A job with dependents or a batch crossed between unfinished and finished, or was
+-- deleted: release its children, count it in its batch, and drop its edges with it.
+CREATE FUNCTION __schema__.jobs_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        IF OLD.status NOT IN ('done', 'failed', 'cancelled') THEN
+            IF OLD.has_dependents THEN
+                PERFORM __schema__.jobs_release_children(OLD.id, OLD.task, 'deleted', NULL,
+                                                         TG_TABLE_SCHEMA || '_jobs');
+            END IF;
+            IF OLD.batch_id IS NOT NULL THEN
+                PERFORM __schema__.batches_count(OLD.batch_id, 'deleted', true);
+            END IF;
+        END IF;
+        IF OLD.has_dependents THEN
+            DELETE FROM __schema__.job_dependencies WHERE parent_id = OLD.id;
+        END IF;
+    ELSIF NEW.status IN ('done', 'failed', 'cancelled') THEN
+        IF NEW.has_dependents THEN
+            PERFORM __schema__.jobs_release_children(NEW.id, NEW.task, NEW.status, NULL,
+                                                     TG_TABLE_SCHEMA || '_jobs');
+        END IF;
+        IF NEW.batch_id IS NOT NULL THEN
+            PERFORM __schema__.batches_count(NEW.batch_id, NEW.status, true);
+        END IF;
+    ELSIF NEW.batch_id IS NOT NULL THEN
+        -- A retry of an ended member: its end no longer counts (unless the batch finished).
+        PERFORM __schema__.batches_count(NEW.batch_id, OLD.status, false);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- The WHEN clauses keep the cost off ordinary jobs: the function runs only for a job
+-- with dependents or a batch whose status crosses between unfinished and finished.
+CREATE TRIGGER jobs_ended
+    AFTER UPDATE OF status ON __schema__.jobs
+    FOR EACH ROW
+    WHEN ((NEW.has_dependents OR NEW.batch_id IS NOT NULL)
+          AND (OLD.status IN ('done', 'failed', 'cancelled'))
+              <> (NEW.status IN ('done', 'failed', 'cancelled')))
+    EXECUTE FUNCTION __schema__.jobs_ended();
+
+CREATE TRIGGER jobs_ended_by_delete
+    AFTER DELETE ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (OLD.has_dependents OR OLD.batch_id IS NOT NULL)
+    EXECUTE FUNCTION __schema__.jobs_ended();
+
+-- A retried job with parents waits again while any of them has not finished (done, or
+-- ended when it may run after a failure). The parents are locked FOR SHARE for the
+-- count: an end in flight is waited for and counted; a later one waits for this
+-- transaction and then finds the job waiting (docs/dependencies.md).
+CREATE FUNCTION __schema__.jobs_wait_again() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    SELECT count(*) INTO NEW.waiting_for
+    FROM (
+        SELECT p.status, d.run_after_failure
+        FROM __schema__.job_dependencies AS d
+        JOIN __schema__.jobs AS p ON p.id = d.parent_id
+        WHERE d.child_id = NEW.id
+        ORDER BY p.id
+        FOR SHARE OF p
+    ) AS parent
+    WHERE parent.status <> 'done'
+      AND NOT (parent.run_after_failure AND parent.status IN ('failed', 'cancelled'));
+    IF NEW.waiting_for > 0 THEN
+        NEW.status := 'waiting';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER jobs_wait_again
+    BEFORE UPDATE OF status ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (NEW.waiting_for IS NOT NULL AND NEW.status = 'pending'
+          AND OLD.status IN ('failed', 'cancelled'))
+    EXECUTE FUNCTION __schema__.jobs_wait_again();

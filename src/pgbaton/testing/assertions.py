@@ -22,10 +22,15 @@ def enqueued_jobs(
     app: App | Queue | None = None,
 ) -> list[Job]:
     """The pending jobs of `task` (oldest first) whose args hold every item of `args`,
-    in `queue` when given. A task given by name needs app= (an App or a Queue)."""
+    in `queue` when given, as the App's connection provider's transaction sees them
+    when it gives one. A task given by name needs app= (an App or a Queue)."""
     source = _queue_of(task, app)
     name = task.name if isinstance(task, Task) else task
-    jobs = source.jobs(status="pending", task=name, queue=queue, limit=INT4_MAX)
+    # Seen from the transaction the code under test enqueued in, when the App has a
+    # connection provider (Django's TestCase holds its jobs in the test's transaction).
+    provided = source.connection_provider() if source.connection_provider else None
+    jobs = source.jobs(status="pending", task=name, queue=queue, limit=INT4_MAX,
+                       conn=provided)
     wanted = dict(args or {})
     return sorted(
         (j for j in jobs if all(k in j.args and j.args[k] == v for k, v in wanted.items())),

@@ -20,10 +20,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
+from .. import dependencies
 from .._checks import job_params, many_job_params
 from ..app import App, Task
 from ..context import JobContext
-from ..errors import ConfigurationError, UnknownTask
+from ..dependencies import Batch
+from ..errors import ConfigurationError, InvalidArgument, UnknownTask
 from ..models import Claim
 from ..worker.executor import Executor
 from ..worker.held import HeldJobs, Outcome
@@ -45,6 +47,7 @@ class InlineJobs:
         self.raise_errors = raise_errors
         self.results: list[JobResult] = []
         self._ids = itertools.count(1)
+        self._batch_ids = itertools.count(1)
         self._by_idempotency_key: dict[str, int] = {}
 
     def __iter__(self) -> Iterator[JobResult]:
@@ -85,6 +88,63 @@ class InlineJobs:
             job_idempotency_key=key, run_at=now,
         )
         return task, claim
+
+    def blocked(self, options: dict[str, Any]) -> str | None:
+        """Take after/after_failure out of a job's options; why the job may not run
+        (a parent that did not end done), or None. Its parents ran before it: inline
+        runs every job when it is enqueued."""
+        after = options.pop("after", None)
+        run_anyway = dependencies.check_after_failure("", options.pop("after_failure", "cancel"))
+        by_id = {result.id: result for result in self.results}
+        for parent in dependencies.check_after("", after, labels=False):
+            assert isinstance(parent, int)
+            if parent not in by_id:
+                raise InvalidArgument(
+                    f"after: no job {parent} ran in this inline block; nothing was written"
+                )
+            ended = by_id[parent]
+            if ended.status != "done" and not run_anyway:
+                return (f"DependencyFailed: job {parent} (task {ended.task}) that this job "
+                        f"waits for ended {ended.status}")
+        return None
+
+    def cancel(self, claim: Claim, reason: str) -> int:
+        self.results.append(JobResult(
+            id=claim.id, task=claim.task, args=claim.args, queue=claim.queue,
+            status="cancelled", attempts=0, error=reason,
+        ))
+        return claim.id
+
+    def many_in_order(
+        self, jobs: list[Mapping[str, Any]], batch: Batch | None, queue: InlineQueue
+    ) -> list[int]:
+        """enqueue_many with labels, after or a batch: each job after its parents, then
+        the batch's callbacks with the counts the database would give them."""
+        plan = dependencies.plan(jobs)
+        many_job_params(plan.jobs)
+        ids = [0] * len(plan.jobs)
+        for position in plan.order():
+            job = dict(plan.jobs[position])
+            job["after"] = [ids[plan.positions[p]] if isinstance(p, str) else p
+                            for p in plan.parents[position]]
+            job["after_failure"] = "run" if plan.run_after_failure[position] else "cancel"
+            ids[position] = queue.enqueue(job.pop("task"), job.pop("args", None), **job)
+        if batch is not None:
+            batch.params(len(ids))  # the same checks as the database path
+            statuses = [r.status for r in self.results if r.id in set(ids)]
+            counts = {"id": next(self._batch_ids), "jobs": len(ids),
+                      **{s: statuses.count(s) for s in ("done", "failed", "cancelled")}}
+            due = [batch.on_finish]
+            if counts["done"] == len(ids):
+                due.append(batch.on_success)
+            for callback in due:
+                if callback is not None:
+                    queue.enqueue(
+                        callback.task, {**(callback.args or {}), "batch": counts},
+                        queue=callback.queue, priority=callback.priority,
+                        max_attempts=callback.max_attempts,
+                    )
+        return ids
 
     async def run(self, claim: Claim) -> int:
         outcome = await _execute(self.app, claim)
@@ -155,6 +215,9 @@ def _describe(error: BaseException | str | None) -> str:
 
 
 class _NoDatabase:
+    # Inline mode joins no transaction (assertions ask this before they read).
+    connection_provider = None
+
     def __init__(self, jobs: InlineJobs) -> None:
         self._jobs = jobs
 
@@ -170,13 +233,19 @@ class InlineQueue(_NoDatabase):
 
     def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *,
                 conn: Any = None, **options: Any) -> int:
+        reason = self._jobs.blocked(options)
         prepared = self._jobs.prepare(task, args, options)
         if isinstance(prepared, int):
             return prepared
+        if reason is not None:
+            return self._jobs.cancel(prepared[1], reason)
         return self._jobs.run_blocking(prepared[1])
 
-    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
+    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None,
+                     batch: Batch | None = None) -> list[int]:
         jobs = list(jobs)
+        if dependencies.check_batch(batch) is not None or dependencies.needs_plan(jobs):
+            return self._jobs.many_in_order(jobs, batch, self)
         many_job_params(jobs)  # every job is checked before any runs, as in one statement
         return [
             self.enqueue(job["task"], job.get("args"),
@@ -190,14 +259,20 @@ class InlineAsyncQueue(_NoDatabase):
 
     async def enqueue(self, task: str, args: Mapping[str, Any] | None = None, *,
                       conn: Any = None, **options: Any) -> int:
+        reason = self._jobs.blocked(options)
         prepared = self._jobs.prepare(task, args, options)
         if isinstance(prepared, int):
             return prepared
+        if reason is not None:
+            return self._jobs.cancel(prepared[1], reason)
         return await self._jobs.run(prepared[1])
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *,
-                           conn: Any = None) -> list[int]:
+                           conn: Any = None, batch: Batch | None = None) -> list[int]:
         jobs = list(jobs)
+        if dependencies.check_batch(batch) is not None or dependencies.needs_plan(jobs):
+            # The sync path runs each job in a thread of its own while this loop runs.
+            return self._jobs.many_in_order(jobs, batch, InlineQueue(self._jobs))
         many_job_params(jobs)
         return [
             await self.enqueue(job["task"], job.get("args"),

@@ -257,6 +257,7 @@ class Dashboard:
         same_key = await self.store.jobs_of_key(found.key, job_id) if found.key else []
         return self.page(request, "job.html", {
             "job": found, "fields": dataclasses.asdict(found), "same_key": same_key,
+            "dependencies": await self.queue.dependencies(job_id),
             "notice": NOTICES.get(request.query_params.get("done", "")),
         })
 

@@ -23,6 +23,11 @@ class WorkerConfig:
 
     queues: list[str] | None = None
     concurrency: int = 10
+    # Jobs claimed beyond the free slots, to wait in the worker for one: larger claims
+    # and no slot idle while a claim is in flight, at the price of jobs held (leased,
+    # their attempt counted) before they start, which other workers cannot take
+    # (docs/architecture.md, "Claiming ahead"). 0: claim only for free slots.
+    claim_ahead: int = 0
     processes: int = 1
     lease: float = 30.0
     poll_interval: float = 2.0
@@ -68,6 +73,11 @@ class WorkerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
+        if (isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
+                or self.claim_ahead < 0):
+            raise InvalidArgument(
+                f"claim_ahead must be a whole number >= 0, got {self.claim_ahead!r}"
+            )
         if self.queues is not None and (
             isinstance(self.queues, str)
             or not self.queues

@@ -58,9 +58,14 @@ class Executor:
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=held.concurrency, thread_name_prefix="pgbaton-job"
         )
+        # A handler runs only while it holds one of `concurrency` slots; a job claimed
+        # ahead waits here for one, in claim order (asyncio wakes waiters first in, first
+        # out). A sync handler that outlives its attempt keeps its slot until it returns.
+        self._slots = asyncio.Semaphore(held.concurrency)
 
     def start(self, claims: list[Claim], sent_at: float) -> None:
-        """Run the claims just made; sent_at is when the claim statement was sent."""
+        """Run the claims just made, each as soon as a slot is free; sent_at is when the
+        claim statement was sent."""
         loop = asyncio.get_running_loop()
         for claim in claims:
             task = self.tasks.get(claim.task)
@@ -79,9 +84,12 @@ class Executor:
     async def _execute(self, running: Running) -> None:
         claim, task = running.claim, running.task
         outcome: Outcome | None = None
-        running.started = self.held.now()
-        self._notify("job.started", running)
+        slot = False
         try:
+            await self._slots.acquire()
+            slot = True
+            self.held.began(running)
+            self._notify("job.started", running)
             if task is None:
                 raise UnknownTask(
                     f"no task named {claim.task!r} is registered in this worker's App "
@@ -113,6 +121,8 @@ class Executor:
             if running.started is not None and outcome is not None:
                 outcome.run_time = self.held.now() - running.started
             self.held.handler_ended(running, None if running.stopped else outcome)
+            if slot and not running.strayed:
+                self._slots.release()  # else the stray thread's return releases it
         if running.lost:
             self._notify("results_discarded", running)
             if running.stop_reason != "fenced":
@@ -156,6 +166,7 @@ class Executor:
 
     def _thread_strays(self, running: Running) -> None:
         assert running.thread is not None
+        running.strayed = True
         self.held.thread_strayed()
         loop = asyncio.get_running_loop()
         logger.warning(
@@ -165,9 +176,13 @@ class Executor:
         )
 
         def returned(_: concurrent.futures.Future[Any]) -> None:
-            loop.call_soon_threadsafe(self.held.thread_returned)
+            loop.call_soon_threadsafe(self._thread_returned)
 
         running.thread.add_done_callback(returned)
+
+    def _thread_returned(self) -> None:
+        self.held.thread_returned()
+        self._slots.release()
 
     def _failure(
         self, running: Running, error: BaseException, *, timed_out: bool = False

@@ -49,7 +49,8 @@ class Running:
     needs_extend: bool = False  # its task's lease differs from the one it was claimed with
     handler: asyncio.Task[None] | None = None
     thread: concurrent.futures.Future[Any] | None = None
-    started: float | None = None  # monotonic, when the handler started
+    started: float | None = None  # monotonic, when the handler started (None: waiting)
+    strayed: bool = False  # its sync handler's thread outlived the attempt
     lost: bool = False
     released: bool = False
     finished: bool = False
@@ -64,7 +65,11 @@ class Running:
 @dataclass(eq=False)
 class HeldJobs:
     concurrency: int
+    # Claims taken beyond the free slots, waiting in this worker for one (claim_ahead in
+    # WorkerConfig, docs/architecture.md "Claiming ahead").
+    claim_ahead: int = 0
     by_token: dict[uuid.UUID, Running] = field(default_factory=dict)
+    waiting: int = 0  # claimed, handler not started yet
     executing: int = 0
     # Sync handlers whose job is over (timed out, lost, released) but whose thread still
     # runs: each keeps a slot, so no job is claimed that has no thread to run on.
@@ -92,25 +97,36 @@ class HeldJobs:
         return self.by_token.get(token)
 
     def free_slots(self) -> int:
-        """Jobs the producer may claim now. Finished jobs whose outcome waits to be
-        written hold their claim; up to `concurrency` of them may wait, past that
-        claiming more would only grow a backlog of running rows."""
+        """Jobs the producer may claim now: the free slots plus room to claim ahead.
+        Finished jobs whose outcome waits to be written hold their claim; up to
+        `concurrency` of them may wait, past that claiming more would only grow a backlog
+        of running rows."""
         return min(
-            self.concurrency - self.executing - self.stray_threads,
-            2 * self.concurrency - len(self.by_token),
+            self.concurrency + self.claim_ahead
+            - self.executing - self.waiting - self.stray_threads,
+            2 * self.concurrency + self.claim_ahead - len(self.by_token),
         )
 
     def add(self, running: Running) -> None:
         self.by_token[running.claim.token] = running
-        self.executing += 1
+        self.waiting += 1
         if running.needs_extend:
             self.changed.set()
+
+    def began(self, running: Running) -> None:
+        """A claimed job's handler takes a slot and starts."""
+        self.waiting -= 1
+        self.executing += 1
+        running.started = self.now()
 
     def handler_ended(self, running: Running, outcome: Outcome | None) -> None:
         """The executor is done with a claim: its outcome is to be written, or (lost,
         released, cancelled) the claim is dropped with nothing to write."""
         running.finished = True
-        self.executing -= 1
+        if running.started is None:
+            self.waiting -= 1  # stopped before a slot came free
+        else:
+            self.executing -= 1
         self.slot_free.set()
         if outcome is None:
             self.forget(running)

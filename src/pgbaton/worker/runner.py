@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
 import time
@@ -62,7 +61,7 @@ class Worker:
         self.events = app.events
         self.stats: Counter[str] = Counter()
         self.exit_status = 0
-        self.held = HeldJobs(self.config.concurrency)
+        self.held = HeldJobs(self.config.concurrency, self.config.claim_ahead)
         self._stopping = asyncio.Event()
         self._forced = asyncio.Event()
         self.heartbeat = Heartbeat(
@@ -196,9 +195,10 @@ class Worker:
         self.stats["claimed"] += len(claims)
         self.executor.start(claims, sent_at)
         if self.events.active:
+            at, worker_id = time.time(), self.worker_id
+            # Positional: a keyword call of Event costs twice as much (docs/events.md).
             self.events.emit_many(
-                Event("job.claimed", worker_id=self.worker_id, job_id=c.id, task=c.task,
-                      queue=c.queue, attempt=c.attempts)
+                Event("job.claimed", at, worker_id, c.id, c.task, c.queue, c.attempts)
                 for c in claims
             )
 
@@ -313,31 +313,47 @@ class Worker:
         claim = running.claim if running is not None else (
             outcome.claim if outcome is not None else None
         )
-        if outcome is not None and not outcome.ok:
-            error = outcome.error
-        queue_time = None
-        if name == "job.started" and claim is not None and claim.run_at is not None:
-            queue_time = max(0.0, (dt.datetime.now(dt.UTC) - claim.run_at).total_seconds())
-        self.events.emit(Event(
-            name,
-            at=time.time(),
-            worker_id=self.worker_id,
-            job_id=claim.id if claim else None,
-            task=claim.task if claim else None,
-            queue=claim.queue if claim else None,
-            attempt=claim.attempts if claim else None,
-            queue_time=queue_time,
-            run_time=outcome.run_time if outcome is not None else None,
-            error_type=(type(error).__name__ if isinstance(error, BaseException)
-                        else None if error is None else "Error"),
-            error=None if error is None else str(error),
-            exception=error if isinstance(error, BaseException) else None,
-            detail=detail,
-        ))
+        at = time.time()
+        # Events are built positionally, and the error fields only for failures: this runs
+        # for every job, and a subscriber must cost the drain little (docs/events.md).
+        if claim is None:
+            self.events.emit(Event(name, at, self.worker_id, error_type=_error_type(error),
+                                   error=None if error is None else str(error),
+                                   exception=error if isinstance(error, BaseException)
+                                   else None, detail=detail))
+            return
+        queue_time = run_time = None
+        if name == "job.started":
+            if claim.run_at is not None:
+                queue_time = max(0.0, at - claim.run_at.timestamp())
+        elif outcome is not None:
+            run_time = outcome.run_time
+            if not outcome.ok:
+                error = outcome.error
+        event = Event(name, at, self.worker_id, claim.id, claim.task, claim.queue,
+                      claim.attempts, queue_time, run_time)
+        if error is not None or detail is not None:
+            event.error_type = _error_type(error)
+            event.error = None if error is None else str(error)
+            event.exception = error if isinstance(error, BaseException) else None
+            event.detail = detail
+        self.events.emit(event)
 
     # -- shutdown -------------------------------------------------------------------
 
     async def _shut_down(self) -> None:
+        # Jobs claimed ahead that have not started go back first, without spending an
+        # attempt: a stopping worker starts nothing new, and once dropped from the held
+        # jobs their leases are no longer extended.
+        not_started = [r for r in self.held if r.started is None and not r.finished]
+        for running in not_started:
+            running.released = True
+            if running.handler is not None:
+                running.handler.cancel()
+        await asyncio.gather(*(r.handler for r in not_started if r.handler),
+                             return_exceptions=True)
+        if not_started:
+            await self._release(not_started)
         if not self._forced.is_set():
             await self._wait_handlers()
         unfinished = [r for r in self.held if not r.finished]
@@ -396,3 +412,8 @@ class Worker:
         for future in (waiting, forced):
             future.cancel()
 
+
+def _error_type(error: BaseException | str | None) -> str | None:
+    if error is None:
+        return None
+    return type(error).__name__ if isinstance(error, BaseException) else "Error"

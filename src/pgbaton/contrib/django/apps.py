@@ -1,4 +1,5 @@
-"""The Django app: points the App named in settings.PGBATON at Django's database."""
+"""The Django app: points the App named in settings.PGBATON at Django's database, and
+makes its enqueues inside transaction.atomic() join Django's transaction."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.db.backends.signals import connection_created
 
 from ...app import App
 from .settings import database_dsn, pgbaton_settings
+from .transactions import atomic_connection
 
 
 class PgbatonConfig(AppConfig):  # type: ignore[misc]
@@ -23,6 +25,7 @@ class PgbatonConfig(AppConfig):  # type: ignore[misc]
         if settings.app is not None:
             app = load_app(settings.app)
             configure_app(app)
+            app.provide_connection(atomic_connection(settings.database))
             connection_created.connect(
                 _follower(app), weak=False, dispatch_uid="pgbaton.follow_database"
             )

@@ -88,7 +88,7 @@ CREATE FUNCTION __schema__.job_claim_flow(
 RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
                task text, args jsonb, key text, queue text, priority integer,
                run_at timestamptz, lease_until timestamptz, idempotency_key text,
-               created_at timestamptz, next_slot_at timestamptz)
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
 -- A claim reads a handful of rows: compiling its plans (JIT, when a generic plan's
 -- estimate passes jit_above_cost) would cost tens of milliseconds for nothing.
 SET jit = off
@@ -241,7 +241,9 @@ BEGIN
         WHERE j.id = picked.id
         RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
                   j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key,
-                  j.created_at, j.started_at, j.limit_key
+                  j.created_at, j.started_at, j.limit_key,
+                  -- Migration 6's column: this release applies 4 to 6 together.
+                  j.meta
     ),
     -- Each start is logged at its own time, later than the clock the window was counted
     -- at: no claim of the queue can come between (this one holds its lock), so every
@@ -254,7 +256,7 @@ BEGIN
     )
     SELECT c.id, c.claim_token, c.attempts, c.max_attempts, c.task, c.args, c.key,
            c.queue, c.priority, c.run_at, c.lease_until, c.idempotency_key, c.created_at,
-           NULL::timestamptz
+           NULL::timestamptz, c.meta
     FROM claimed AS c
     ORDER BY c.priority DESC, c.run_at, c.id;
 
@@ -267,7 +269,7 @@ BEGIN
     SELECT NULL::bigint, NULL::uuid, NULL::integer, NULL::integer, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::timestamptz,
            NULL::timestamptz, NULL::text, NULL::timestamptz,
-           min(w.oldest + q.rate_period)
+           min(w.oldest + q.rate_period), NULL::jsonb
     FROM __schema__.queues AS q
     CROSS JOIN LATERAL (
         SELECT min(st.started_at) AS oldest, count(*) AS starts

@@ -1,0 +1,106 @@
+"""Claiming ahead (WorkerConfig.claim_ahead, `--claim-ahead`): a worker holds up to
+concurrency + claim_ahead claims, runs at most `concurrency` handlers at once, starts
+the claims it holds in claim order, and hands back the ones it has not started when it
+stops, without spending their attempts. Real `pgbaton worker` processes; what they did
+is read back from the effects table and the jobs table. The workers run without
+maintenance, so that the test app's every-second periodic job takes no slot."""
+
+from __future__ import annotations
+
+import pytest
+
+import pgbaton
+from tests.runtime import app_under_test
+from tests.runtime.conftest import scalar, wait_until
+
+
+def _held(db) -> int:
+    return scalar(db, "SELECT count(*) FROM jobs WHERE task = 'work' AND status = 'running'")
+
+
+def _most_at_once(db, schema: str) -> int:
+    """The most handlers that ran at the same moment, from their start and end rows."""
+    return scalar(db, f"""
+        WITH spans AS (
+            SELECT job_id,
+                   min(at) FILTER (WHERE what = 'start') AS started,
+                   max(at) FILTER (WHERE what = 'end') AS ended
+            FROM "{schema}".effects GROUP BY job_id
+        )
+        SELECT coalesce(max(n), 0) FROM (
+            SELECT (SELECT count(*) FROM spans AS other
+                    WHERE other.started <= s.started AND other.ended > s.started) AS n
+            FROM spans AS s) AS counts""")
+
+
+def test_a_worker_holds_more_claims_than_slots_but_runs_only_its_concurrency(
+    start_worker, app_schema, db
+):
+    jobs = [app_under_test.work.enqueue({"seconds": 0.3}) for _ in range(24)]
+    worker = start_worker("--concurrency", "2", "--claim-ahead", "6", "--no-maintenance")
+    # While the first handlers run, the worker holds 2 running and 6 claimed ahead.
+    wait_until(lambda: _held(db) == 8,
+               what="eight jobs held")
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'done'") == 24,
+               timeout=60, what="every job done")
+    assert worker.stop() == 0
+    assert _most_at_once(db, app_schema) == 2
+    # Each ran once, and in claim order: a job claimed ahead never overtakes an older one
+    # held by the same worker beyond the two that may run side by side.
+    starts = [r["job_id"] for r in db.execute(
+        f'SELECT job_id FROM "{app_schema}".effects WHERE what = \'start\' ORDER BY at, id')]
+    assert sorted(starts) == sorted(jobs)
+    assert all(abs(starts.index(job) - i) <= 2 for i, job in enumerate(jobs))
+
+
+def test_a_stopping_worker_hands_back_what_it_has_not_started_without_spending_attempts(
+    start_worker, app_schema, db
+):
+    slow = [app_under_test.work.enqueue({"seconds": 2.0}) for _ in range(2)]
+    waiting = [app_under_test.work.enqueue({"seconds": 2.0}) for _ in range(5)]
+    worker = start_worker("--concurrency", "2", "--claim-ahead", "5", "--no-maintenance")
+    wait_until(lambda: _held(db) == 7,
+               what="seven jobs held")
+    wait_until(lambda: scalar(db, f'SELECT count(*) FROM "{app_schema}".effects') >= 2,
+               what="the first two handlers started")
+    assert worker.stop() == 0
+    rows = {r["id"]: r for r in db.execute(
+        "SELECT id, status, attempts, claim_token FROM jobs ORDER BY id")}
+    # The two that ran finished within the grace; the five that waited are pending again,
+    # their attempt given back and their claim token gone.
+    assert [rows[j]["status"] for j in slow] == ["done", "done"]
+    for job in waiting:
+        assert (rows[job]["status"], rows[job]["attempts"], rows[job]["claim_token"]) == (
+            "pending", 0, None)
+    started = {r["job_id"] for r in db.execute(
+        f'SELECT job_id FROM "{app_schema}".effects WHERE what = \'start\'')}
+    assert started == set(slow)
+    assert worker.final_stats()["released"] == 5
+
+
+def test_a_job_cancelled_while_it_waits_for_a_slot_is_stopped_and_let_go(
+    start_worker, app_schema, db, queue
+):
+    """A job claimed ahead is held like a running one: a cancel reaches it at the
+    worker's next heartbeat (every lease / 3), whether it still waits or has started
+    by then, and its handler never finishes."""
+    first = app_under_test.work.enqueue({"seconds": 2.0})
+    behind = app_under_test.work.enqueue({"seconds": 30.0})
+    worker = start_worker("--concurrency", "1", "--claim-ahead", "1", "--lease", "3",
+                          "--no-maintenance")
+    wait_until(lambda: _held(db) == 2, what="both jobs held")
+    assert queue.cancel(behind) is True
+    wait_until(lambda: scalar(db, "SELECT status FROM jobs WHERE id = %s", first) == "done",
+               timeout=30, what="the first job done")
+    wait_until(lambda: scalar(db, "SELECT claim_token IS NULL FROM jobs WHERE id = %s",
+                              behind), timeout=30, what="the cancelled job let go")
+    assert worker.stop() == 0
+    assert scalar(db, f"""SELECT count(*) FROM "{app_schema}".effects
+                          WHERE job_id = %s AND what = 'end'""", behind) == 0
+    assert queue.get(behind).status == "cancelled"
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_claim_ahead_is_checked(bad: object) -> None:
+    with pytest.raises(pgbaton.InvalidArgument, match="claim_ahead must be a whole number"):
+        pgbaton.WorkerConfig(claim_ahead=bad)  # type: ignore[arg-type]
