@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint generate clean bench docs model chaos
+.PHONY: demo test lint generate clean bench docs model chaos soak
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,13 +33,20 @@ generate: $(VENV)/.installed
 model: $(VENV)/.installed
 	$(PY) -m tests.fleet.spin_model
 
-# The long failover runs (and, where allowed, the fleet); prints the tables of numbers.
+# The long failover runs and, where network namespaces are allowed, the fleet runs (the
+# randomised one at 50,000 jobs: PGBATON_CHAOS_JOBS=N to change); prints their tables.
 chaos: $(VENV)/.installed
 	PGBATON_CHAOS=1 $(PY) -m pytest tests/fleet -k chaos -s $(PYTEST_ARGS)
 
 bench:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
 	.venv-bench/bin/python -m benchmarks.run $(BENCH_ARGS)
+
+# Steady load at half the measured drain for 30 minutes on the embedded PostgreSQL 18;
+# writes benchmarks/results/soak.{csv,png,md} (benchmarks/README.md, "The soak").
+soak:
+	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
+	.venv-bench/bin/python -m benchmarks.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-bench .pytest_cache .mypy_cache .ruff_cache site

@@ -36,7 +36,7 @@ from ._cli_common import (
 )
 from .app import App
 from .doctor import doctor
-from .dsn import resolve_schema
+from .dsn import normalize_dsn, resolve_schema
 from .errors import ConfigurationError, ConnectionFailed, PgbatonError
 from .queue import Queue
 from .queue_cli import queue_group
@@ -147,10 +147,15 @@ def load_app(spec: str) -> App:
 @click.option("--shutdown-grace", default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM.")
 @click.option("--no-maintenance", is_flag=True, help="Never act as the maintenance leader.")
+@click.option("--listen-dsn", default=None, envvar="PGBATON_LISTEN_DSN",
+              help="A direct connection to PostgreSQL for LISTEN and the leader's lock, "
+                   "when --dsn goes through PgBouncer in transaction mode "
+                   "[or PGBATON_LISTEN_DSN].")
 @click.option("--connect-timeout", type=click.FloatRange(min=0), default=60.0,
               show_default=True,
               help="Seconds to keep retrying, with backoff, while the database cannot be "
-                   "reached at start-up (0: give up at once).")
+                   "reached at start-up, by each worker process, restarted ones too "
+                   "(0: give up at once).")
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="PGBATON_LOG_LEVEL",
               help="Least severe log records shown [or PGBATON_LOG_LEVEL].")
@@ -168,8 +173,8 @@ def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
     queues: str | None, concurrency: int, processes: int, claim_ahead: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
-    connect_timeout: float, log_level: str, log_format: str, stats_file: str | None,
-    metrics_port: int | None,
+    listen_dsn: str | None, connect_timeout: float, log_level: str, log_format: str,
+    stats_file: str | None, metrics_port: int | None,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
@@ -179,6 +184,7 @@ def worker(
     """
     from .worker import WorkerConfig, run_worker
     from .worker.config import default_worker_id
+    from .worker.sessions import plan_sessions
 
     logs.configure(log_level, log_format)
     # Worker processes started by --processes inherit the logging settings this way.
@@ -197,7 +203,11 @@ def worker(
         poll_interval=poll_interval, shutdown_grace=shutdown_grace,
         maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id, stats_path=stats_file,
         metrics_port=metrics_port,
+        listen_dsn=normalize_dsn(listen_dsn, "--listen-dsn") if listen_dsn else None,
+        connect_timeout=connect_timeout,
     )
+    if processes > 1:  # a refusal is one line here, not one per worker process
+        plan_sessions(config, dsn)
     sys.exit(run_worker(app, config, app_spec=app_spec))
 
 

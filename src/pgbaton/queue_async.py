@@ -92,12 +92,17 @@ class AsyncQueue:
         pool_size: int = 4,
         events: Events | None = None,
         connection_provider: Callable[[], AsyncCallerConnection | None] | None = None,
+        prepare: bool = True,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
         # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
         # connection whose transaction the job joins (a framework's current one), or
         # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
         self.connection_provider = connection_provider
+        # False for a DSN through a transaction pool (PgBouncer before 1.21, or without
+        # max_prepared_statements): a statement prepared on one server connection is
+        # unknown on the next, so the pool's connections prepare none. Read at open.
+        self.prepare = prepare
         # job.enqueued and job.cancelled go to these subscribers (an App's queues share
         # the App's Events); emitted when the statement ran, so with conn= the caller's
         # transaction may still roll the job back.
@@ -157,18 +162,21 @@ class AsyncQueue:
                     kwargs={
                         "autocommit": True,
                         "row_factory": dict_row,
-                        # Every statement here has one good plan whatever its values
-                        # (tests/integration/test_claim_index.py checks the claim's), so
-                        # plan each once per connection instead of at every call.
-                        "options": merge_options(
-                            self.dsn, "-c plan_cache_mode=force_generic_plan"
-                        ),
+                        **self._statement_kwargs(),
                     },
                     open=False,
                 )
                 await pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
                 self._pool = pool
             return pool
+
+    def _statement_kwargs(self) -> dict[str, Any]:
+        if not self.prepare:
+            return {"prepare_threshold": None}
+        # Every statement here has one good plan whatever its values
+        # (tests/integration/test_claim_index.py checks the claim's), so plan each once
+        # per connection instead of at every call.
+        return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:

@@ -20,7 +20,7 @@ import pgbaton
 
 CHECKS = {
     "schema_version", "schema_objects", "claim_plan", "expired_leases", "queue_lag",
-    "jobs_table_vacuum", "idle_in_transaction", "old_transactions",
+    "jobs_table_vacuum", "idle_in_transaction", "old_transactions", "connection_pooling",
 }
 
 
@@ -308,7 +308,7 @@ def test_unmigrated_schema_fails_and_skips_the_table_checks(dsn, schema):
     assert version["status"] == "fail" and version["data"]["found"] == 0
     assert f"pgbaton migrate --schema {schema}" in version["advice"]
     assert {f["name"] for f in report["findings"]} == {
-        "schema_version", "idle_in_transaction", "old_transactions",
+        "schema_version", "idle_in_transaction", "old_transactions", "connection_pooling",
     }
 
 

@@ -202,6 +202,19 @@ def build_in_namespace(folder: Path, netns: str) -> Server:
     return server
 
 
+def build_single(folder: Path, **settings: str) -> Server:
+    """initdb and start one server on 127.0.0.1 (a free port), with these settings."""
+    user = _system_user()
+    _own_folder(folder, user)
+    server = Server("single", folder / "data", free_port(),
+                    {"listen_addresses": "127.0.0.1", "unix_socket_directories": "''",
+                     **settings}, user)
+    server._run("initdb", "-D", str(server.data_dir), "--auth=trust", "-U", "postgres",
+                "--encoding=utf8", "--no-sync")
+    server.start()
+    return server
+
+
 def build_pair(folder: Path, *, synchronous: bool) -> ReplicatedPair:
     """initdb a primary, pg_basebackup a standby from it, start both, and wait until the
     standby streams (and, when synchronous, is the primary's synchronous standby)."""

@@ -175,3 +175,39 @@ async def test_producer_claims_only_free_slots(aqueue):
                         poll_interval=0.1, start=start, stopping=stopping)
     await asyncio.wait_for(producer.run(), 10)
     assert len(started) == 3
+
+
+def test_another_thread_reads_the_shortest_lease_while_the_loop_changes_the_held_jobs():
+    """The loop watchdog asks HeldJobs.shortest_lease() from its own thread while the
+    loop adds and forgets claims: it must never see the registry change under it."""
+    import threading
+    import types
+    import uuid
+
+    held = HeldJobs(4)
+    for _ in range(1000):  # a long iteration, so that a thread switch lands inside it
+        held.by_token[uuid.uuid4()] = types.SimpleNamespace(lease=30.0)  # type: ignore[assignment]
+    errors: list[BaseException] = []
+    done = threading.Event()
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def ask() -> None:
+        try:
+            while not done.is_set():
+                held.shortest_lease(30.0)
+        except BaseException as error:  # what killed the watchdog's thread
+            errors.append(error)
+
+    reader = threading.Thread(target=ask)
+    reader.start()
+    try:
+        for _ in range(50_000):
+            token = uuid.uuid4()
+            held.by_token[token] = types.SimpleNamespace(lease=30.0)  # type: ignore[assignment]
+            del held.by_token[token]
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(switch_interval)
+    assert errors == []

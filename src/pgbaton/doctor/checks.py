@@ -14,6 +14,7 @@ from typing import Any
 from psycopg.rows import DictRow
 
 from .. import _database, _sql
+from ..pooling import proxy_hint
 from .findings import MAX_LISTED, Finding, age, plural
 from .inspection import Inspection
 from .plans import claim_plan
@@ -28,6 +29,8 @@ class Check:
     name: str
     run: Callable[[Inspection], Finding]
     needs_jobs_table: bool
+    # Probes the DSN itself: runs only where the inspection was given one (the command).
+    needs_dsn: bool = False
 
 
 def schema_version(inspection: Inspection) -> Finding:
@@ -245,6 +248,31 @@ def jobs_table_vacuum(inspection: Inspection) -> Finding:
     return Finding("jobs_table_vacuum", "ok",
                    f"autovacuum keeps up with jobs ({ratio:.0%} dead)", evidence, data=data)
 
+def connection_pooling(inspection: Inspection) -> Finding:
+    """Whether the DSN gives each client a session of its own (pooling.py probes it)."""
+    server = inspection.one("server_backend") or {}
+    assert inspection.dsn is not None
+    hint = proxy_hint(inspection.dsn, server.get("port"))
+    evidence = [line for line in (inspection.pooled, hint) if line]
+    data = {"transaction_pool": inspection.pooled is not None, "server_port": server.get("port")}
+    if inspection.pooled is None:
+        return Finding("connection_pooling", "ok",
+                       "each connection of this DSN has a server session of its own "
+                       "(LISTEN and the leader's lock work)", evidence, data=data)
+    evidence.append("the doctor set no statement or lock timeout: on a transaction pool "
+                    "they would stay on a server connection that other clients use next")
+    return Finding(
+        "connection_pooling", "warn",
+        "this DSN goes through a transaction pool (PgBouncer): enqueues, claims and the "
+        "dashboard work through it; LISTEN and the maintenance leader's advisory lock "
+        "do not", evidence,
+        "run workers on it with --listen-dsn set to a direct connection to PostgreSQL "
+        "(without one they poll and must run with --no-maintenance); client code that "
+        "repeats statements needs PgBouncer 1.21+ with max_prepared_statements, or "
+        "prepare_threshold=None (docs/howto/pgbouncer.md)", data,
+    )
+
+
 def _when(value: Any) -> str:
     return "never" if value is None else value.isoformat(timespec="seconds")
 
@@ -258,6 +286,7 @@ CHECKS: tuple[Check, ...] = (
     Check("jobs_table_vacuum", jobs_table_vacuum, needs_jobs_table=True),
     Check("idle_in_transaction", idle_in_transaction, needs_jobs_table=False),
     Check("old_transactions", old_transactions, needs_jobs_table=False),
+    Check("connection_pooling", connection_pooling, needs_jobs_table=False, needs_dsn=True),
 )
 
 
@@ -266,7 +295,9 @@ def run_checks(inspection: Inspection) -> list[Finding]:
     findings: list[Finding] = []
     has_jobs_table = True
     for check in CHECKS:
-        if check.needs_jobs_table and not has_jobs_table:
+        if (check.needs_jobs_table and not has_jobs_table) or (
+            check.needs_dsn and inspection.dsn is None
+        ):
             continue
         finding = inspection.guarded(check.name, check.run)
         if check.name == "schema_version":

@@ -11,6 +11,7 @@ import click
 from .. import _database, _sql
 from .._cli_common import _print_json, dsn_option, json_option, resolve_dsn, schema_option
 from ..dsn import redact_dsn
+from ..pooling import transaction_pool_evidence
 from .checks import run_checks
 from .findings import Thresholds, overall
 from .inspection import Inspection
@@ -51,8 +52,9 @@ def doctor(
     this pgbaton creates, the claim's plan (it must read the partial index
     jobs_claimable), running jobs past their lease (nobody reaps), queue lag, the jobs
     table's dead rows and autovacuum, sessions idle in transaction, and old transactions
-    that hold back vacuum. Other sessions' statements are shown without their literals.
-    Nothing is changed.
+    that hold back vacuum, and whether the DSN goes through a transaction pool
+    (PgBouncer), which workers cannot LISTEN or lead through. Other sessions'
+    statements are shown without their literals. Nothing is changed.
     """
     _sql.check_schema_name(schema)
     thresholds = Thresholds(
@@ -61,9 +63,10 @@ def doctor(
         max_lag=max_lag, max_dead_ratio=max_dead_ratio,
     )
     dsn = resolve_dsn(dsn)
+    pooled = transaction_pool_evidence(dsn)
     with _database.connect(dsn, autocommit=True, application_name=APPLICATION_NAME) as conn:
         _database.check_server(conn)
-        inspection = Inspection(conn, schema, thresholds)
+        inspection = Inspection(conn, schema, thresholds, dsn=dsn, pooled=pooled)
         findings = run_checks(inspection)
     status = overall(findings)
     server = inspection.server

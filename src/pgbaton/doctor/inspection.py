@@ -40,17 +40,26 @@ class Inspection:
     """The doctor's connection to one schema, with the statements every check shares."""
 
     def __init__(
-        self, conn: psycopg.Connection[DictRow], schema: str, thresholds: Thresholds
+        self, conn: psycopg.Connection[DictRow], schema: str, thresholds: Thresholds,
+        *, dsn: str | None = None, pooled: str | None = None,
     ) -> None:
         self.conn = conn
         self.schema = schema
         self.thresholds = thresholds
         self.sql = _sql.queries(schema)
         self.jobs_table = f'"{schema}".jobs'
-        conn.execute(
-            self.sql["doctor_session_setup"],
-            {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT},
-        )
+        self.dsn = dsn
+        # Why the DSN is a transaction pool (pooling.py), or None.
+        self.pooled = pooled
+        if pooled is None:
+            conn.execute(
+                self.sql["doctor_session_setup"],
+                {"statement_timeout": STATEMENT_TIMEOUT, "lock_timeout": LOCK_TIMEOUT},
+            )
+        else:
+            # Session settings would stay on a server connection that other clients of
+            # the pool use next; and a prepared statement would not follow us there.
+            conn.prepare_threshold = None
         self.server = self.one("doctor_server") or {}
 
     def all(self, name: str, params: dict[str, Any] | None = None) -> list[DictRow]:

@@ -2,8 +2,11 @@
 
 The lock is session-level on a connection the leader keeps open. When the leader's
 process dies or its connection drops, PostgreSQL releases the lock and the next worker
-to ask becomes leader. The services are safe to run twice (every statement guards
-its own state), so a brief overlap during a network split costs nothing but work.
+to ask becomes leader. That connection must be a server session of its own, never one
+from a transaction pool (PgBouncer), where every client of the server connection would
+hold the lock too: the worker passes `connect` for it (worker/sessions.py). The
+services are safe to run twice (every statement guards its own state), so a brief
+overlap during a network split costs nothing but work.
 
 A service that raises is logged with its traceback and run again at its next interval;
 it never stops the other services (the reaper above all) or the leadership.
@@ -19,6 +22,7 @@ import psycopg
 
 from .._transient import is_transient
 from ..errors import ConnectionFailed
+from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from .services import Service
 
@@ -38,8 +42,10 @@ class Leader:
         elect_interval: float = 2.0,
         tick: float = 0.1,
         notify: Callable[..., None] = _ignore,
+        connect: SessionConnect | None = None,
     ) -> None:
         self.queue = queue
+        self._connect = connect or (lambda: queue.connect(autocommit=True))
         self.services = list(services)
         self.elect_interval = elect_interval
         self.tick = tick
@@ -52,7 +58,7 @@ class Leader:
         """Campaign, lead while the lock is held, campaign again; until cancelled."""
         while True:
             try:
-                conn = await self.queue.connect(autocommit=True)
+                conn = await self._connect()
                 async with conn:
                     while True:
                         if await self.queue.leader_try_acquire(conn):

@@ -502,6 +502,11 @@ SELECT pg_try_advisory_lock(hashtext('pgbaton.leader.' || %(schema)s)) AS acquir
 -- The cheapest round trip: proves a session (the leader's, or a pooled one) still works.
 SELECT 1 AS alive;
 
+-- name: server_backend
+-- Which server process answers: two client connections answered by one process go
+-- through a transaction pool (pooling.py).
+SELECT pg_backend_pid() AS pid, inet_server_port() AS port;
+
 -- name: channel_listen
 -- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
 LISTEN __channel__;

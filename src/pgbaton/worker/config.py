@@ -54,9 +54,17 @@ class WorkerConfig:
     metrics_port: int | None = None
     worker_id: str | None = None
     dsn: str | None = None
+    # A direct connection to PostgreSQL for LISTEN and the maintenance leader's advisory
+    # lock, when `dsn` goes through a transaction pool (PgBouncer): both need a server
+    # session of their own (worker/sessions.py, docs/howto/pgbouncer.md).
+    listen_dsn: str | None = None
     # When set, the worker writes its final statistics there as JSON as it stops (the
     # same counters as Worker.stats), for whoever started it as a process.
     stats_path: str | None = None
+    # Seconds to keep retrying, with backoff, while the database cannot be reached as the
+    # worker starts: a worker process restarted while PostgreSQL restarts or fails over
+    # waits for it instead of dying (and its supervisor giving up on it).
+    connect_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -65,6 +73,7 @@ class WorkerConfig:
         ):
             _check_positive(name, getattr(self, name))
         _check_positive("shutdown_grace", self.shutdown_grace, zero_ok=True)
+        _check_positive("connect_timeout", self.connect_timeout, zero_ok=True)
         if not 0 < self.loop_block_fraction < 1:
             raise InvalidArgument(
                 f"loop_block_fraction must be between 0 and 1, got {self.loop_block_fraction!r}"
@@ -77,6 +86,12 @@ class WorkerConfig:
                 or self.claim_ahead < 0):
             raise InvalidArgument(
                 f"claim_ahead must be a whole number >= 0, got {self.claim_ahead!r}"
+            )
+        if self.listen_dsn is not None and (
+            not isinstance(self.listen_dsn, str) or not self.listen_dsn.strip()
+        ):
+            raise InvalidArgument(
+                f"listen_dsn must be a non-empty DSN or None, got {self.listen_dsn!r}"
             )
         if self.queues is not None and (
             isinstance(self.queues, str)

@@ -174,7 +174,10 @@ class HeldJobs:
         return True
 
     def shortest_lease(self, default: float) -> float:
-        return min((r.lease for r in self.by_token.values()), default=default)
+        # The loop watchdog's thread asks too, while the loop changes by_token: list()
+        # copies the values in one step under the GIL, where iterating the view would
+        # raise "dictionary changed size during iteration".
+        return min((r.lease for r in list(self.by_token.values())), default=default)
 
     @staticmethod
     def now() -> float:

@@ -1,4 +1,7 @@
-"""LISTEN for new jobs and wake the worker, reconnecting whenever the connection drops."""
+"""LISTEN for new jobs and wake the worker, reconnecting whenever the connection drops.
+
+The LISTEN needs a server session of its own: `connect` gives one (the listen DSN when
+the worker's own goes through PgBouncer, worker/sessions.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from .supervisor import is_transient
 
@@ -17,11 +21,12 @@ async def listen(
     queues: list[str] | None,
     wake: Callable[[str], None],
     retry_seconds: float = 1.0,
+    connect: SessionConnect | None = None,
 ) -> None:
     """Call wake(reason) on every notification for our queues. Runs until cancelled."""
     while True:
         try:
-            conn = await queue.connect(autocommit=True)
+            conn = await (connect() if connect else queue.connect(autocommit=True))
             async with conn:
                 await queue.listen(conn)
                 # Jobs committed while we were not listening sent their NOTIFY to nobody.

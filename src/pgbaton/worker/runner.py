@@ -11,6 +11,12 @@
 
 Every part runs under the Supervisor (supervisor.py), which restarts it when it raises
 and ends the worker when it keeps failing. No transaction is open while a handler runs.
+The connections it starts with (a direct one for LISTEN and the leader behind
+PgBouncer) are chosen by sessions.py.
+
+Over 400 lines: besides the wiring, the worker is where every part's outcome meets the
+App (counting, logging, events, letting go of claims at shutdown); split further, each
+piece would need the whole Worker anyway.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from ..dsn import with_application_name
 from ..events import EVENTS, Event
 from ..maintenance import Ager, Leader, Pruner, Reaper, Scheduler
 from ..models import Claim
+from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from .completer import Completer
 from .config import WorkerConfig, default_worker_id
@@ -37,6 +44,7 @@ from .heartbeat import Heartbeat
 from .held import HeldJobs, Outcome, Running
 from .listener import listen
 from .producer import Producer
+from .sessions import open_when_reachable
 from .supervisor import Supervisor
 from .watchdog import LoopWatchdog
 
@@ -108,7 +116,7 @@ class Worker:
 
     async def run(self) -> int:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
-        await self.queue.open()
+        sessions = await open_when_reachable(self.config, self.queue)
         await self.queue.apply_limits(self.app.queue_limits)  # code wins at start
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
@@ -131,10 +139,13 @@ class Worker:
         start("completer", self.completer.run)
         start("heartbeat", self.heartbeat.run)
         start("fence", self.heartbeat.fence)
-        start("listener", lambda: listen(self.queue, self.config.queues, self._wake))
-        if self.config.maintenance:
-            self.leader = self._make_leader()
-            start("leader", self.leader.run)
+        session_connect = sessions.connector(self.queue, f"pgbaton worker {self.worker_id}")
+        if session_connect is not None:  # else polling only (plan_sessions warned)
+            start("listener", lambda: listen(
+                self.queue, self.config.queues, self._wake, connect=session_connect))
+            if self.config.maintenance:
+                self.leader = self._make_leader(session_connect)
+                start("leader", self.leader.run)
         producer = start("producer", self.producer.run)
         try:
             await producer
@@ -159,7 +170,7 @@ class Worker:
         except OSError as error:
             logger.error("could not write the worker's statistics to %s: %s", path, error)
 
-    def _make_leader(self) -> Leader:
+    def _make_leader(self, connect: SessionConnect) -> Leader:
         services: list[Any] = [
             Reaper(self.queue, self.config.reap_interval),
             Pruner(self.queue, self.config.prune_interval, self.config.retention),
@@ -171,7 +182,7 @@ class Worker:
                 catch_up=2 * self.config.elect_interval + 5,
             ))
         return Leader(self.queue, services, elect_interval=self.config.elect_interval,
-                      notify=self._notify)
+                      notify=self._notify, connect=connect)
 
     def _part_failed(self, name: str, error: Exception) -> None:
         self._notify("worker.part_failed", None, error=error, detail={"part": name})
