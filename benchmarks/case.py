@@ -224,12 +224,43 @@ async def claim_time(system: System, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def claim_blocked(system: System, p: dict[str, Any]) -> dict[str, Any]:
+    """Claim latency (one LIMIT 1 claim per round trip) with `blocked` pending jobs of a
+    paused queue ahead of every claimable one: a claim that walked them would grow with
+    their number. `blocked` = 0 is the baseline the issue compares with (within 2x)."""
+    blocked, pending, claims, rounds = p["blocked"], p["pending"], p["claims"], p["rounds"]
+    await system.fill_blocked(blocked)
+    p50: list[float] = []
+    p99: list[float] = []
+    for round_ in range(rounds):
+        base = round_ * pending
+        for chunk in chunks(range(base, base + pending), 1000):
+            await system.enqueue_batch(chunk)
+        await system.analyze()
+        for _ in range(10):
+            await system.claim_one()
+        times: list[float] = []
+        for _ in range(claims):
+            before = time.perf_counter()
+            got = await system.claim_one()
+            times.append((time.perf_counter() - before) * 1000)
+            if got != 1:
+                raise RuntimeError(f"a claim returned {got} jobs with claimable jobs present")
+        p50.append(percentile(times, 0.50))
+        p99.append(percentile(times, 0.99))
+    return {
+        "metrics": {"claim_p50_ms": p50, "claim_p99_ms": p99},
+        "info": {"blocked_rows": blocked},
+    }
+
+
 CASES: dict[str, Callable[[System, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "enqueue_single": enqueue_single,
     "enqueue_bulk": enqueue_bulk,
     "drain": drain,
     "latency": latency,
     "claim_time": claim_time,
+    "claim_blocked": claim_blocked,
 }
 
 

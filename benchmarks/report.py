@@ -42,6 +42,10 @@ def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
                      f"Claim of one job with {n:,} done rows in the table, p50", "ms", LOWER))
         rows.append((f"claim_{n}", "claim_p99_ms",
                      f"Claim of one job with {n:,} done rows in the table, p99", "ms", LOWER))
+    for n in plan.get("claim_blocked", []):
+        rows.append((f"claim_blocked_{n}", "claim_p50_ms",
+                     f"Claim of one job behind {n:,} jobs of a paused queue, p50", "ms",
+                     LOWER))
     return [dict(zip(("case_id", "metric", "title", "unit", "better"), r, strict=True))
             for r in rows]
 

@@ -61,6 +61,7 @@ class Plan:
     claim_pending: int
     claims: int
     repeats: int
+    claim_blocked: tuple[int, ...] = (0, 100_000)
 
 
 FULL = Plan(
@@ -112,6 +113,14 @@ def case_runs(plan: Plan, cases: list[str], systems: dict[str, dict[str, Any]]) 
             shift = repeat % len(able) if able else 0
             for system in able[shift:] + able[:shift]:
                 runs.append(Run(case_id, case, system, repeat, params, timeout))
+    if "claim_blocked" in cases:
+        for blocked in plan.claim_blocked:
+            params = {"blocked": blocked, "pending": plan.claim_pending, "claims": plan.claims,
+                      "rounds": plan.repeats}
+            for system in names:
+                if "claim_blocked" in systems[system].get("cases", []):
+                    runs.append(Run(f"claim_blocked_{blocked}", "claim_blocked", system, 0,
+                                    params, 300 + blocked / 5_000))
     if "claim_time" in cases:
         for rows in plan.claim_rows:
             params = {"rows": rows, "pending": plan.claim_pending, "claims": plan.claims,
@@ -233,7 +242,7 @@ def parse_args() -> argparse.Namespace:
                         "postgresql://postgres@127.0.0.1:5432/test, else the embedded server)")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
     parser.add_argument("--cases", help="comma-separated subset of "
-                        "enqueue_single,enqueue_bulk,drain,latency,claim_time")
+                        "enqueue_single,enqueue_bulk,drain,latency,claim_time,claim_blocked")
     parser.add_argument("--jobs", type=int, help="jobs per enqueue/drain run")
     parser.add_argument("--repeats", type=int, help="runs of each case (claim time: rounds)")
     parser.add_argument("--concurrency", help="drain concurrencies, e.g. 1,8,32")
@@ -278,7 +287,8 @@ def main() -> int:
     if unknown:
         sys.exit(f"unknown systems: {', '.join(unknown)} (known: {', '.join(SYSTEMS)})")
     cases = (args.cases.split(",") if args.cases
-             else ["enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time"])
+             else ["enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time",
+                   "claim_blocked"])
 
     started = time.monotonic()
     started_at = dt.datetime.now(dt.UTC)

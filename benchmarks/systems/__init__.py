@@ -11,6 +11,7 @@ from .base import System
 SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton": ("pgbaton_system", "PgbatonSystem"),
     "pgbaton_sub": ("pgbaton_system", "PgbatonSubscribedSystem"),
+    "pgbaton_limit8": ("pgbaton_system", "PgbatonLimitedSystem"),
     "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
     "procrastinate": ("procrastinate_system", "ProcrastinateSystem"),
     "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),

@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 import psycopg
 
 ALL_CASES = frozenset({"enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time"})
+# Cases of flow control (pgbaton's paused and limited queues), which the peers lack.
+FLOW_CASES = frozenset({"claim_blocked"})
 
 
 class System:
@@ -115,6 +117,11 @@ class System:
 
     async def fill_done(self, rows: int) -> None:
         """Insert `rows` finished jobs with generate_series."""
+        raise NotImplementedError
+
+    async def fill_blocked(self, rows: int) -> None:
+        """Insert `rows` pending jobs that no claim may take (a paused queue), ahead of
+        every other job in claim order. Only systems with flow control have the case."""
         raise NotImplementedError
 
     async def claim_one(self) -> int:

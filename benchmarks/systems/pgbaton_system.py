@@ -10,7 +10,7 @@ import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 
 from ..common import PROBE
-from .base import ALL_CASES, System
+from .base import ALL_CASES, FLOW_CASES, System
 
 SCHEMA = "pgbaton"
 FILL_CHUNK = 1_000_000
@@ -37,7 +37,7 @@ class PgbatonSystem(System):
         "apart from concurrency; enqueue through Task.enqueue_async, bulk through "
         "AsyncQueue.enqueue_many."
     )
-    cases: ClassVar[frozenset[str]] = ALL_CASES
+    cases: ClassVar[frozenset[str]] = ALL_CASES | FLOW_CASES
     unfinished_sql = (
         f"SELECT count(*) FROM {SCHEMA}.jobs WHERE status IN ('pending', 'running')"
     )
@@ -92,6 +92,18 @@ class PgbatonSystem(System):
                 {"start": start, "end": end, "rows": rows},
             )
 
+    async def fill_blocked(self, rows: int) -> None:
+        # The queue is paused even with no row in it, so that both claim_blocked runs
+        # take the flow claim and differ only in the jobs waiting behind the pause.
+        await app.async_queue.pause("blocked")
+        assert self.db is not None
+        await self.db.execute(
+            f"INSERT INTO {SCHEMA}.jobs (queue, task, priority, args)"  # type: ignore[arg-type]
+            " SELECT 'blocked', 'noop', 10, jsonb_build_object('seq', -g)"
+            " FROM generate_series(1, %(rows)s) AS g",
+            {"rows": rows},
+        )
+
     async def claim_one(self) -> int:
         if self.queue is None:
             self.queue = pgbaton.AsyncQueue(self.dsn, schema=SCHEMA)
@@ -124,6 +136,21 @@ class PgbatonSubscribedSystem(PgbatonSystem):
     async def start_worker(self, concurrency: int) -> None:
         if _no_op not in [s for s, _ in app.events._subscribers]:
             app.subscribe(_no_op)
+        await super().start_worker(concurrency)
+
+
+class PgbatonLimitedSystem(PgbatonSystem):
+    """pgbaton with a fleet-wide concurrency limit of 8 on the drained queue: what the
+    flow claim (a lock on the queue's row per claim, counts after it) costs."""
+
+    name = "pgbaton_limit8"
+    label = "pgbaton, queue limit 8"
+    role = "variant"
+    settings = PgbatonSystem.settings + " Queue 'default' limited to 8 (set_concurrency)."
+    cases: ClassVar[frozenset[str]] = frozenset({"drain"})
+
+    async def start_worker(self, concurrency: int) -> None:
+        await app.async_queue.set_concurrency("default", 8)
         await super().start_worker(concurrency)
 
 

@@ -20,6 +20,7 @@ from .errors import (
     UnknownTask,
 )
 from .events import Event
+from .flow import ClaimBatch, QueueSettings, Rate
 from .job_filter import JobFilter
 from .models import Backoff, Claim, Enqueued, Job, QueueStats
 from .queue import Queue
@@ -34,6 +35,7 @@ __all__ = [
     "BatchInfo",
     "Callback",
     "Claim",
+    "ClaimBatch",
     "ConfigurationError",
     "ConnectionFailed",
     "ContextTask",
@@ -51,7 +53,9 @@ __all__ = [
     "Periodic",
     "PgbatonError",
     "Queue",
+    "QueueSettings",
     "QueueStats",
+    "Rate",
     "SchemaError",
     "SchemaNotMigrated",
     "SchemaOutOfDate",

@@ -33,6 +33,7 @@ JOB_DEFAULTS: Mapping[str, Any] = {
     "key": None,
     "idempotency_key": None,
     "max_attempts": 5,
+    "limit_key": None,
 }
 ENQUEUE_OPTIONS = frozenset(JOB_DEFAULTS)
 
@@ -191,6 +192,7 @@ def job_params(
     idempotency_key: str | None = None,
     max_attempts: int = 5,
     encode_args: bool = True,
+    limit_key: str | None = None,
 ) -> dict[str, Any]:
     """Check one job's fields and encode them as statement parameters (args as JSON text,
     unless encode_args is false: enqueue_many encodes all jobs in one document)."""
@@ -215,6 +217,7 @@ def job_params(
     check_key("key", key)
     check_key("idempotency_key", idempotency_key)
     check_int4("max_attempts", max_attempts, minimum=1)
+    check_key("limit_key", limit_key)
     return {
         "queue": queue,
         "task": task,
@@ -225,6 +228,7 @@ def job_params(
         "key": key,
         "idempotency_key": idempotency_key,
         "max_attempts": max_attempts,
+        "limit_key": limit_key,
     }
 
 

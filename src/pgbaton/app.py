@@ -35,6 +35,7 @@ from .context import JobContext
 from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument
 from .events import Events, Subscriber
+from .flow import Rate, check_concurrency, parse_rate
 from .integrations.connections import (
     AsyncCallerConnection,
     AsyncConnectionProvider,
@@ -326,6 +327,8 @@ class App:
         self.tasks: dict[str, Task] = {}
         self.periodics: list[Periodic] = []
         self.middlewares: list[Middleware] = []
+        # Queue limits declared in code, written by each worker when it starts.
+        self.queue_limits: dict[str, tuple[int | None, Rate | None]] = {}
         # Every event of this App's workers, and of its queues' data plane.
         self.events = Events()
         # The level at which a worker logs a failed attempt's traceback (logger
@@ -472,6 +475,21 @@ class App:
             raise InvalidArgument(f"a middleware must be callable, got {middleware!r}")
         self.middlewares.append(middleware)
         return middleware
+
+    def limit(
+        self, queue: str, *, concurrency: int | None = None, rate: object = None
+    ) -> None:
+        """Declare a queue's fleet-wide limits: at most `concurrency` of its jobs held at
+        once, at most `rate` starts per sliding window ("100/s"). A worker of this App
+        writes the limits named here when it starts; until then, and for limits not
+        named, the command line's settings stand (docs/flow_control.md)."""
+        if not isinstance(queue, str) or not queue:
+            raise InvalidArgument(f"queue must be a non-empty string, got {queue!r}")
+        limits = (check_concurrency(concurrency), parse_rate(rate))
+        if limits == (None, None):
+            raise InvalidArgument(f"app.limit({queue!r}) names no limit: give concurrency= "
+                                  "or rate=")
+        self.queue_limits[queue] = limits
 
     def subscribe(self, subscriber: Subscriber, names: Any = None) -> Subscriber:
         """Call subscriber(event) for what happens to this App's jobs and workers (every

@@ -39,6 +39,7 @@ from .doctor import doctor
 from .dsn import normalize_dsn, resolve_schema
 from .errors import ConfigurationError, ConnectionFailed, PgbatonError
 from .queue import Queue
+from .queue_cli import queue_group
 from .showcase.lab import lab
 from .web import command as web_command
 
@@ -441,6 +442,7 @@ def demo(dsn: str | None, dashboard: bool, port: int, keep: bool) -> None:
 
 main.add_command(doctor)
 main.add_command(lab)
+main.add_command(queue_group)
 main.add_command(web_command.dashboard)
 main.add_command(web_command.metrics)
 web_command.add_bulk_form(retry, "retry")

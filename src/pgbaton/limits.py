@@ -53,3 +53,12 @@ INT8_MAX = 2**63 - 1
 # not starting with `pg_`, which PostgreSQL reserves for its own schemas.
 MAX_SCHEMA_NAME_LENGTH = 51
 RESERVED_SCHEMA_PREFIX = "pg_"
+
+# Flow control (docs/flow_control.md). A rate limit's window is a log of its starts,
+# counted by every claim of the queue, so one window holds at most MAX_RATE_LIMIT
+# starts (express more as a shorter window: 100,000/min is about 1,667/s), and spans
+# between a millisecond and a week. A concurrency limit is counted up to itself.
+MAX_RATE_LIMIT = 10_000
+MIN_RATE_PERIOD_SECONDS = 0.001
+MAX_RATE_PERIOD_SECONDS = 7 * 24 * 3600.0
+MAX_CONCURRENCY = 100_000

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import threading
 import datetime as dt
+import math
+import time
 from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -50,11 +52,24 @@ from .dsn import merge_options, redact_dsn, resolve_dsn
 from .enqueue_hook import meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
+from .flow import (
+    ClaimBatch,
+    QueueSettings,
+    Rate,
+    check_aging,
+    check_concurrency,
+    parse_rate,
+)
 from .integrations.connections import CallerConnection, psycopg_connection
 from .job_filter import ACTION_STATUSES, JobFilter, check_upto
 from .models import Claim, Enqueued, Job, QueueStats
 
 Row = dict[str, Any]
+
+# How often a queue re-reads whether any queue is paused or limited (one tiny
+# statement): a setting made elsewhere reaches this queue's claims within this time,
+# and until then its jobs are only held back (docs/flow_control.md).
+FLOW_RECHECK_SECONDS = 1.0
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
 
 
@@ -101,6 +116,11 @@ class Queue:
         self._pool: Pool | None = None
         self._opening = threading.Lock()
         self._schema_checked = False
+        self._flow_controlled = False
+        self._flow_read_at = -math.inf
+        # The queues with a concurrency or rate limit, as last read: their completions
+        # wake the fleet's workers, who may be waiting for the room they free.
+        self.limited_queues: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
@@ -236,12 +256,14 @@ class Queue:
         conn: CallerConnection | None = None,
         after: Iterable[int] | None = None,
         after_failure: str = "cancel",
+        limit_key: str | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
         that job's id (enqueue_once() also says whether the job is new). With after=,
         the job waits until those jobs are done; if one fails or is cancelled, it is
-        cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md)."""
+        cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md).
+        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md)."""
         dependencies.check_after_failure("", after_failure)
         if dependencies.check_after("", after, labels=False):
             if idempotency_key is not None:
@@ -253,12 +275,13 @@ class Queue:
                 "task": task, "args": args, "queue": queue, "priority": priority,
                 "run_at": run_at, "delay": delay, "key": key,
                 "idempotency_key": idempotency_key, "max_attempts": max_attempts,
-                "after": after, "after_failure": after_failure,
+                "after": after, "after_failure": after_failure, "limit_key": limit_key,
             }
             return (self._enqueue_graph([job], None, conn))[0]
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+            limit_key=limit_key,
         )
         conn = self._provided(conn)
         hook = self.events.enqueue_hook
@@ -313,6 +336,7 @@ class Queue:
         key: str | None = None,
         max_attempts: int = 5,
         conn: CallerConnection | None = None,
+        limit_key: str | None = None,
     ) -> Enqueued:
         """Add one job unless a job of the same task already has this idempotency key.
         Returns the job's id and whether this call created it; a job that existed is
@@ -324,6 +348,7 @@ class Queue:
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
             key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+            limit_key=limit_key,
         )
         conn = self._provided(conn)
         hook = self.events.enqueue_hook
@@ -529,7 +554,23 @@ class Queue:
     ) -> list[Claim]:
         """Claim up to `limit` claimable jobs in one statement, committed at once. With
         `tasks`, only jobs of those tasks (the ones this worker can run) are claimed;
-        jobs of other tasks stay pending, their attempts untouched."""
+        jobs of other tasks stay pending, their attempts untouched. Paused queues give
+        none, limited queues no more than their limits allow (docs/flow_control.md)."""
+        return (self.claim_batch(
+            worker_id, limit=limit, lease=lease, queues=queues, tasks=tasks
+        )).claims
+
+    def claim_batch(
+        self,
+        worker_id: str,
+        *,
+        limit: int = 1,
+        lease: float = 30.0,
+        queues: Iterable[str] | None = None,
+        tasks: Iterable[str] | None = None,
+    ) -> ClaimBatch:
+        """As claim(), and when a rate-limited queue is full, in how many seconds its
+        next start is due."""
         params = {
             "worker_id": check_name("worker_id", worker_id),
             "limit": check_limit(limit),
@@ -537,15 +578,44 @@ class Queue:
             "queues": check_queues(queues),
             "tasks": check_tasks(tasks),
         }
+        statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
         for _ in range(3):
             try:
-                rows = self._fetch("job_claim_many", params)
+                rows = self._fetch(statement, params)
             except psycopg.errors.UniqueViolation:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
                 continue
-            return [Claim.from_row(row) for row in rows]
-        return []
+            claims = [Claim.from_row(row) for row in rows if row["id"] is not None]
+            slots = [row["next_slot_at"] for row in rows if row["id"] is None]
+            if not slots:
+                return ClaimBatch(claims)
+            due = (slots[0] - dt.datetime.now(dt.UTC)).total_seconds()
+            return ClaimBatch(claims, max(due, 0.0))
+        return ClaimBatch([])
+
+    def _flow_is_on(self) -> bool:
+        """Whether any queue is paused or limited, re-read at most every
+        FLOW_RECHECK_SECONDS. While it is off the plain claim runs, unchanged but for
+        leaving such queues alone, so a setting made meanwhile is never overstepped."""
+        now = time.monotonic()
+        if now - self._flow_read_at >= FLOW_RECHECK_SECONDS:
+            (row,) = self._fetch("queue_flow_state")
+            self._flow_controlled = row["controlled"] > 0
+            self.limited_queues = frozenset(row["limited"])
+            self._flow_read_at = now
+        return self._flow_controlled
+
+    def notify_freed(self, claims: Sequence[Claim]) -> None:
+        """Tell the fleet that these claims' jobs have finished, for those of limited
+        queues: room for one more in each, perhaps on another worker that sleeps until
+        it hears so (the worker calls this after writing outcomes)."""
+        if self.limited_queues:
+            freed = sorted({c.queue for c in claims} & self.limited_queues)
+            if freed:
+                self._fetch(
+                    "queue_notify_freed", {"channel": self.channel, "queues": freed}
+                )
 
     def heartbeat(
         self, claim_or_claims: Claim | Iterable[Claim], *, lease: float = 30.0
@@ -746,6 +816,116 @@ class Queue:
         """Make the scheduled pending jobs of the filter due now."""
         rows = self._fetch("job_run_now_matching", self._matching(job_filter, upto))
         return int(rows[0]["changed"])
+
+    # -- flow control (docs/flow_control.md) ----------------------------------------
+
+    def pause(self, queue: str) -> None:
+        """Claims that begin from now on take none of this queue's jobs; running ones
+        finish. Stays paused, across restarts, until resume()."""
+        self._set_paused(queue, True)
+
+    def resume(self, queue: str) -> None:
+        """Let the queue's jobs be claimed again, and wake its workers."""
+        self._set_paused(queue, False)
+
+    def _set_paused(self, queue: str, paused: bool) -> None:
+        params = {"name": check_name("queue", queue), "paused": paused,
+                  "channel": self.channel}
+        self._fetch("queue_set_paused", params)
+        self._flow_read_at = -math.inf
+
+    def set_concurrency(self, queue: str, concurrency: int | None) -> QueueSettings:
+        """At most `concurrency` of the queue's jobs held at once, fleet-wide (None: no
+        limit). Takes effect for the claims that begin after it, without restarts."""
+        return self._set_limits(
+            queue, set_concurrency=True, concurrency=check_concurrency(concurrency)
+        )
+
+    def set_rate(self, queue: str, rate: object) -> QueueSettings:
+        """At most so many starts in any sliding window: "100/s", "10/min", a
+        `(limit, seconds)` pair or a `Rate`; None removes the limit."""
+        return self._set_limits(queue, set_rate=True, rate=parse_rate(rate))
+
+    def set_key_concurrency(
+        self, queue: str, concurrency: int | None
+    ) -> QueueSettings:
+        """At most `concurrency` jobs of each limit key (enqueue's `limit_key=`) of the
+        queue held at once, fleet-wide; None removes the limit."""
+        return self._set_limits(
+            queue, set_key_concurrency=True, key_concurrency=check_concurrency(concurrency)
+        )
+
+    def set_key_rate(self, queue: str, rate: object) -> QueueSettings:
+        """At most so many starts of each limit key of the queue per sliding window."""
+        return self._set_limits(queue, set_key_rate=True, key_rate=parse_rate(rate))
+
+    def _set_limits(
+        self,
+        queue: str,
+        *,
+        set_concurrency: bool = False,
+        concurrency: int | None = None,
+        set_rate: bool = False,
+        rate: Any = None,
+        set_key_concurrency: bool = False,
+        key_concurrency: int | None = None,
+        set_key_rate: bool = False,
+        key_rate: Any = None,
+    ) -> QueueSettings:
+        params = {
+            "name": check_name("queue", queue), "channel": self.channel,
+            "set_concurrency": set_concurrency, "concurrency": concurrency,
+            "set_rate": set_rate,
+            "rate_limit": None if rate is None else rate.limit,
+            "rate_period": None if rate is None else rate.period,
+            "set_key_concurrency": set_key_concurrency, "key_concurrency": key_concurrency,
+            "set_key_rate": set_key_rate,
+            "key_rate_limit": None if key_rate is None else key_rate.limit,
+            "key_rate_period": None if key_rate is None else key_rate.period,
+        }
+        self._fetch("queue_set_limits", params)
+        self._flow_read_at = -math.inf
+        (settings,) = self.queue_settings(queue)
+        return settings
+
+    def apply_limits(
+        self, limits: Mapping[str, tuple[int | None, Rate | None]]
+    ) -> None:
+        """Write the limits an App declares (App.limit), each only where named: what a
+        worker does as it starts, so that code wins then (docs/flow_control.md)."""
+        for name, (concurrency, rate) in limits.items():
+            if concurrency is not None:
+                self.set_concurrency(name, concurrency)
+            if rate is not None:
+                self.set_rate(name, rate)
+
+    def set_aging(
+        self, queue: str, *, every: float | None, step: int = 1, cap: int = 0
+    ) -> QueueSettings:
+        """Priority aging: every `every` seconds the leader raises the priority of the
+        queue's jobs due at least that long by `step`, up to `cap`. every=None: off."""
+        aging = check_aging(every, step, cap)
+        params = {
+            "name": check_name("queue", queue),
+            "every": None if aging is None else aging.every,
+            "step": None if aging is None else aging.step,
+            "cap": None if aging is None else aging.cap,
+        }
+        self._fetch("queue_set_aging", params)
+        (settings,) = self.queue_settings(queue)
+        return settings
+
+    def age_priorities(self, *, limit: int = 10_000) -> int:
+        """One aging pass (the leader runs it): how many jobs gained priority."""
+        rows = self._fetch("job_age_priority", {"limit": check_limit(limit)})
+        return int(rows[0]["aged"])
+
+    def queue_settings(self, queue: str | None = None) -> list[QueueSettings]:
+        """Every queue that has a setting or a pending or held job (or just `queue`),
+        with its settings and how many of its jobs are held now."""
+        name = None if queue is None else check_name("queue", queue)
+        rows = self._fetch("queue_settings_list", {"name": name})
+        return [QueueSettings.from_row(row) for row in rows]
 
     def set_priority_matching(
         self, job_filter: JobFilter, priority: int, *, upto: int

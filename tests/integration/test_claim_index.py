@@ -87,7 +87,13 @@ def _candidate_scan(plan: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str
     LIMIT down (the CTE gathers the picked ids into one array above it)."""
     [cte] = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidate"]
     limit = next(n for n in _nodes(cte) if n["Node Type"] == "Limit")
-    cte_nodes = list(_nodes(limit))
+    # Left out: the InitPlan that reads the small queues table once per claim (the
+    # paused and limited queues the plain claim leaves to job_claim_flow).
+    cte_nodes = [
+        n for n in _nodes({**limit, "Plans": [
+            c for c in limit.get("Plans", []) if c.get("Parent Relationship") != "InitPlan"
+        ]})
+    ]
     node = limit
     # Limit -> LockRows -> the scan: each has one input below it until the scan.
     while "Relation Name" not in node:

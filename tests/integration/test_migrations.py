@@ -126,9 +126,11 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     # The comparison is only as good as what it sees: make sure it sees the real thing.
     job_columns = [c["attname"] for c in migrated["columns"] if c["relname"] == "jobs"]
     assert job_columns[:3] == ["id", "queue", "task"]
-    # Migration 5's columns, then migration 6's meta.
-    assert job_columns[-4:] == ["has_dependents", "waiting_for", "batch_id", "meta"]
-    assert len(job_columns) == 23
+    # Migration 4's limit_key, migration 5's columns, then migration 6's meta.
+    assert job_columns[-5:] == [
+        "limit_key", "has_dependents", "waiting_for", "batch_id", "meta",
+    ]
+    assert len(job_columns) == 24
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }
@@ -136,8 +138,8 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
         "jobs_ended", "jobs_ended_by_delete", "jobs_notify_inserted", "jobs_wait_again",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
-        "batches_count", "jobs_ended", "jobs_notify_inserted", "jobs_release_children",
-        "jobs_wait_again",
+        "batches_count", "job_claim_flow", "jobs_ended", "jobs_notify_inserted",
+        "jobs_release_children", "jobs_wait_again",
     }
     jobs_table = next(t for t in migrated["tables"] if t["relname"] == "jobs")
     assert "fillfactor=70" in jobs_table["reloptions"]

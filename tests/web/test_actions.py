@@ -200,3 +200,31 @@ def test_bulk_priority_and_cancel(client: TestClient, jobs: Jobs,
     answer = client.post("/jobs/bulk", data={"csrf_token": token, "action": "cancel",
                                              "queue": "reports"})
     assert answer.status_code == 400 and "upto" in answer.text
+
+
+def test_a_queue_is_paused_and_resumed_from_the_queues_page(
+        client: TestClient, queue: pgbaton.Queue, dsn: str, schema: str,
+        db: psycopg.Connection[DictRow]) -> None:
+    """The queues page shows each queue's settings with a pause or resume button; the
+    POST needs the CSRF token, changes the queues table, and read-only refuses it."""
+    queue.enqueue("t", queue="reports")
+    queue.set_concurrency("reports", 4)
+    page = client.get("/queues").text
+    assert ">4<" in page and 'action="/queues/pause"' in page
+    refused = client.post("/queues/pause", data={"queue": "reports"})
+    assert refused.status_code == 403
+    assert db.execute("SELECT count(*) AS n FROM queues WHERE paused").fetchone() == {"n": 0}
+    token = csrf_token(client, "/queues")
+    answer = client.post("/queues/pause", data={"csrf_token": token, "queue": "reports"},
+                         follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"].endswith("?done=pause")
+    assert db.execute("SELECT paused FROM queues WHERE name = 'reports'").fetchone() == {
+        "paused": True}
+    page = client.get("/queues?done=pause").text
+    assert "Paused:" in page and 'action="/queues/resume"' in page
+    client.post("/queues/resume", data={"csrf_token": token, "queue": "reports"})
+    assert db.execute("SELECT paused FROM queues WHERE name = 'reports'").fetchone() == {
+        "paused": False}
+    with TestClient(create_app(dsn, schema=schema, read_only=True)) as read_only:
+        assert 'action="/queues/pause"' not in read_only.get("/queues").text
+        assert read_only.post("/queues/pause", data={"queue": "reports"}).status_code == 403

@@ -1,6 +1,6 @@
-"""Maintenance that exactly one worker runs at a time: reaper, pruner, scheduler."""
+"""Maintenance that exactly one worker runs at a time: reaper, pruner, scheduler, ager."""
 
 from .leader import Leader
-from .services import Pruner, Reaper, Scheduler, Service
+from .services import Ager, Pruner, Reaper, Scheduler, Service
 
-__all__ = ["Leader", "Pruner", "Reaper", "Scheduler", "Service"]
+__all__ = ["Ager", "Leader", "Pruner", "Reaper", "Scheduler", "Service"]

@@ -87,6 +87,28 @@ class Pruner:
         return pruned
 
 
+class Ager:
+    """Priority aging: raises the priority of jobs that have waited long in queues that
+    ask for it (docs/flow_control.md). Each queue's own `every` decides when its pass is
+    due; this only looks that often."""
+
+    name = "ager"
+    event = None
+
+    def __init__(self, queue: AsyncQueue, interval: float) -> None:
+        self.queue = queue
+        self.interval = interval
+
+    def on_elected(self) -> None:
+        pass
+
+    async def run_once(self) -> int:
+        aged = await self.queue.age_priorities()
+        if aged:
+            logger.info("raised the priority of %d jobs that waited long", aged)
+        return aged
+
+
 class Scheduler:
     """Enqueues each periodic schedule's job at each of its cron ticks, keyed by the
     schedule and the tick so that a tick is enqueued once however many leaders come

@@ -32,9 +32,9 @@ WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
             queue text, task text, args jsonb, priority int, run_at timestamptz,
-            delay float8, key text, max_attempts int))
+            delay float8, key text, max_attempts int, limit_key text))
          WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
-                              max_attempts, position)
+                              max_attempts, limit_key, position)
 ),
 graph AS (
     SELECT *
@@ -44,13 +44,14 @@ graph AS (
 inserted AS (
     INSERT INTO __schema__.jobs
         (id, queue, task, args, priority, run_at, key, max_attempts, status,
-         waiting_for, has_dependents, batch_id, meta)
+         waiting_for, has_dependents, batch_id, meta, limit_key)
     SELECT input.id, coalesce(queue, 'default'), task, coalesce(args, '{}'),
            coalesce(priority, 0),
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
            key, coalesce(max_attempts, 5),
            CASE WHEN graph.waiting_for > 0 THEN 'waiting' ELSE 'pending' END,
-           graph.waiting_for, graph.has_dependents, %(batch_id)s::bigint, %(meta)s::jsonb
+           graph.waiting_for, graph.has_dependents, %(batch_id)s::bigint, %(meta)s::jsonb,
+           limit_key
     FROM input JOIN graph USING (position)
     ORDER BY position
 ),

@@ -30,10 +30,11 @@ INSERT INTO __schema__.schema_version (version, name) VALUES (%(version)s, %(nam
 
 -- name: job_insert
 -- A job without an idempotency key: a plain insert, the cheapest there is.
-INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta)
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta,
+                             limit_key)
 VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-        %(key)s, %(max_attempts)s, %(meta)s::jsonb)
+        %(key)s, %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s)
 RETURNING id;
 
 -- name: job_insert_idempotent
@@ -43,10 +44,11 @@ RETURNING id;
 -- comes back, and the caller finds and names that job (docs/guarantees.md).
 WITH inserted AS (
     INSERT INTO __schema__.jobs
-        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta)
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
+         limit_key)
     VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
-            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(meta)s::jsonb)
+            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s)
     ON CONFLICT DO NOTHING
     RETURNING id
 )
@@ -66,16 +68,18 @@ WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
             queue text, task text, args jsonb, priority int, run_at timestamptz,
-            delay float8, key text, idempotency_key text, max_attempts int))
+            delay float8, key text, idempotency_key text, max_attempts int,
+            limit_key text))
          WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
-                              idempotency_key, max_attempts, position)
+                              idempotency_key, max_attempts, limit_key, position)
 ),
 inserted AS (
     INSERT INTO __schema__.jobs
-        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta)
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
+         limit_key)
     SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
            coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-           key, idempotency_key, coalesce(max_attempts, 5), %(meta)s::jsonb
+           key, idempotency_key, coalesce(max_attempts, 5), %(meta)s::jsonb, limit_key
     FROM input ORDER BY position
     ON CONFLICT DO NOTHING  -- as in job_insert_idempotent
     RETURNING id
@@ -124,6 +128,16 @@ WITH candidate AS (
           AND c.run_at <= now()
           AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
           AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+          -- Paused and limited queues are job_claim_flow's (docs/flow_control.md): one
+          -- read of the small queues table per claim, hashed, then a probe per row.
+          -- NOT IN on purpose: the planner prices a subquery's filter at one half,
+          -- where `queue <> ALL(array)` would be priced by the queue column's statistics,
+          -- near zero when one queue has all the jobs: a claim that seems to read the
+          -- whole index (and gets JIT-compiled, 60 ms).
+          AND c.queue NOT IN (
+                SELECT q.name FROM __schema__.queues AS q
+                WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                   OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
           -- Three probes, one per index, so each costs one index lookup whatever the
           -- number of running jobs: the key's running job, a job of the key cancelled
           -- while its handler ran and not yet let go, then an older pending job.
@@ -162,6 +176,162 @@ claimed AS (
               j.meta
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
+
+-- name: job_claim_flow
+-- The claim when some queue is paused or limited (docs/flow_control.md): the function
+-- job_claim_flow in schema.sql locks the limited queues' rows, counts what they hold
+-- and started after the lock, and claims queue by queue from jobs_queue_claimable. It
+-- returns the claimed jobs in claim order and, when a rate-limited queue is full, one
+-- more row with no job whose next_slot_at says when its next start is due.
+SELECT * FROM __schema__.job_claim_flow(
+    %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[]);
+
+-- name: queue_flow_state
+-- What the claim needs to know, cheaply: whether any queue is paused or limited (then
+-- claims go through job_claim_flow), and which are limited (their completions wake the
+-- fleet, since a finished job frees room that another worker may be waiting for).
+SELECT count(*) AS controlled,
+       coalesce(array_agg(name ORDER BY name) FILTER (
+           WHERE NOT paused AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
+                                 OR key_concurrency IS NOT NULL
+                                 OR key_rate_limit IS NOT NULL)),
+           '{}') AS limited
+FROM __schema__.queues
+WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+   OR key_concurrency IS NOT NULL OR key_rate_limit IS NOT NULL;
+
+-- name: queue_notify_freed
+-- Jobs of limited queues finished: wake the workers of those queues (payload: queue).
+SELECT pg_notify(%(channel)s, freed.queue)
+FROM unnest(%(queues)s::text[]) AS freed(queue);
+
+-- name: queue_set_paused
+-- Taking the flow lock alone waits for the flow claims in flight (each holds it shared)
+-- and holds back new ones until this commits: a claim that took a paused queue's job
+-- began before the pause committed, and one that begins after takes none. (A plain
+-- claim dates its jobs at its start, which is before its snapshot.) Resuming wakes the
+-- queue's workers.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    -- The schema's flow lock: two keys, the second its queues table.
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, paused)
+    SELECT %(name)s, %(paused)s FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING q.name, q.paused
+)
+SELECT changed.name, changed.paused,
+       CASE WHEN NOT changed.paused THEN pg_notify(%(channel)s, changed.name) END AS woken
+FROM changed;
+
+-- name: queue_set_limits
+-- Each limit is changed only when its set_* flag is true; NULL removes it. The flow
+-- lock as in queue_set_paused. Wakes the queue's workers, since a raised limit may let
+-- jobs start now.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    -- The schema's flow lock: two keys, the second its queues table.
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, concurrency, rate_limit, rate_period,
+                                        key_concurrency, key_rate_limit, key_rate_period)
+    SELECT %(name)s, %(concurrency)s::integer, %(rate_limit)s::integer,
+           make_interval(secs => %(rate_period)s::float8), %(key_concurrency)s::integer,
+           %(key_rate_limit)s::integer, make_interval(secs => %(key_rate_period)s::float8)
+    FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET
+        concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
+                           ELSE q.concurrency END,
+        rate_limit  = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+        rate_period = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_period ELSE q.rate_period END,
+        key_concurrency = CASE WHEN %(set_key_concurrency)s THEN EXCLUDED.key_concurrency
+                               ELSE q.key_concurrency END,
+        key_rate_limit  = CASE WHEN %(set_key_rate)s THEN EXCLUDED.key_rate_limit
+                               ELSE q.key_rate_limit END,
+        key_rate_period = CASE WHEN %(set_key_rate)s THEN EXCLUDED.key_rate_period
+                               ELSE q.key_rate_period END,
+        updated_at  = now()
+    RETURNING q.name
+)
+SELECT changed.name, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
+
+-- name: queue_set_aging
+-- NULLs turn aging off. The flow lock as in queue_set_paused.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, aging_every, aging_step, aging_cap)
+    SELECT %(name)s, make_interval(secs => %(every)s::float8), %(step)s::integer,
+           %(cap)s::integer
+    FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET
+        aging_every = EXCLUDED.aging_every, aging_step = EXCLUDED.aging_step,
+        aging_cap = EXCLUDED.aging_cap, aged_at = NULL, updated_at = now()
+    RETURNING q.name
+)
+SELECT name FROM changed;
+
+-- name: job_age_priority
+-- The leader's aging pass: for each queue whose aging_every has passed since its last
+-- pass, the jobs due at least that long gain aging_step of priority, up to aging_cap;
+-- at most %(limit)s jobs per queue and pass. The jobs are found queue by queue through
+-- jobs_queue_claimable, skipping rows a claim holds; the claim keeps reading
+-- jobs_claimable, whose order is the (now raised) priority.
+WITH due AS (
+    UPDATE __schema__.queues AS q SET aged_at = now()
+    WHERE q.aging_every IS NOT NULL AND NOT q.paused
+      AND (q.aged_at IS NULL OR q.aged_at <= now() - q.aging_every)
+    RETURNING q.name, q.aging_every, q.aging_step, q.aging_cap
+),
+picked AS (
+    SELECT c.id, due.aging_step, due.aging_cap
+    FROM due
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.queue = due.name AND j.queue <> '' AND j.status = 'pending'
+          AND j.run_at <= now() - due.aging_every AND j.priority < due.aging_cap
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+aged AS (
+    UPDATE __schema__.jobs AS j
+    SET priority = least(j.priority + picked.aging_step, picked.aging_cap)
+    FROM picked
+    WHERE j.id = picked.id AND j.status = 'pending'
+    RETURNING j.id
+)
+SELECT count(*) AS aged FROM aged;
+
+-- name: queue_settings_list
+-- Every queue that has a setting or a pending or held job, with its settings (none for a
+-- queue without a row) and how many jobs it holds now.
+WITH RECURSIVE pending_queue(name) AS (
+    (SELECT j.queue FROM __schema__.jobs AS j WHERE j.status = 'pending' AND j.queue <> ''
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM __schema__.jobs AS j
+            WHERE j.status = 'pending' AND j.queue <> '' AND j.queue > p.name
+            ORDER BY j.queue LIMIT 1)
+    FROM pending_queue AS p WHERE p.name IS NOT NULL
+),
+named AS (
+    SELECT name FROM pending_queue WHERE name IS NOT NULL
+    UNION
+    SELECT name FROM __schema__.queues
+    UNION
+    SELECT DISTINCT queue FROM __schema__.jobs WHERE lease_until IS NOT NULL AND queue <> ''
+)
+SELECT named.name, coalesce(q.paused, false) AS paused, q.concurrency, q.rate_limit,
+       extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+       extract(epoch FROM q.aging_every)::float8 AS aging_every_seconds, q.aging_step,
+       q.aging_cap, q.key_concurrency, q.key_rate_limit,
+       extract(epoch FROM q.key_rate_period)::float8 AS key_rate_period_seconds,
+       (SELECT count(*) FROM __schema__.jobs AS h
+        WHERE h.queue = named.name AND h.queue <> '' AND h.lease_until IS NOT NULL) AS held,
+       q.updated_at
+FROM named LEFT JOIN __schema__.queues AS q ON q.name = named.name
+WHERE %(name)s::text IS NULL OR named.name = %(name)s
+ORDER BY named.name;
 
 -- name: job_heartbeat_many
 -- The *_many statements return the input positions they changed: two claims of one

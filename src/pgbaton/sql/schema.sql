@@ -21,6 +21,8 @@ CREATE TABLE __schema__.jobs (
     created_at      timestamptz NOT NULL DEFAULT now(),
     started_at      timestamptz,
     finished_at     timestamptz,
+    -- The group whose per-key limits count the job (migration 4; docs/flow_control.md).
+    limit_key       text,
     -- Some job waits for this one: its end runs the jobs_ended trigger.
     has_dependents  boolean     NOT NULL DEFAULT false,
     -- How many of its parents have not finished; NULL for a job without parents.
@@ -121,6 +123,284 @@ CREATE TRIGGER jobs_notify_inserted
     AFTER INSERT ON __schema__.jobs
     REFERENCING NEW TABLE AS inserted_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION __schema__.jobs_notify_inserted();
+
+-- Flow control (migration 4, docs/flow_control.md): queue settings, the starts of rate-limited
+-- queues, and the claim that obeys them.
+
+-- One row per queue that has a setting; a queue without a row has none.
+CREATE TABLE __schema__.queues (
+    name        text        PRIMARY KEY,
+    -- Paused: the claim takes none of the queue's jobs; running ones finish.
+    paused      boolean     NOT NULL DEFAULT false,
+    -- At most this many of the queue's jobs held at once (running, or cancelled under a
+    -- handler that may still run), across every worker.
+    concurrency integer,
+    -- At most rate_limit claims in any sliding window of rate_period.
+    rate_limit  integer,
+    rate_period interval,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    -- Priority aging (docs/flow_control.md): every aging_every, the leader raises the
+    -- priority of the queue's jobs that have been due that long by aging_step, up to
+    -- aging_cap; aged_at is its last pass.
+    aging_every interval,
+    aging_step  integer,
+    aging_cap   integer,
+    aged_at     timestamptz,
+    -- Per limit key (jobs.limit_key: a customer, a tenant): at most key_concurrency of
+    -- one key's jobs held at once, at most key_rate_limit starts per key_rate_period.
+    key_concurrency integer,
+    key_rate_limit  integer,
+    key_rate_period interval,
+    CONSTRAINT queues_key_concurrency_positive
+        CHECK (key_concurrency IS NULL OR key_concurrency >= 1),
+    CONSTRAINT queues_key_rate_whole CHECK ((key_rate_limit IS NULL) = (key_rate_period IS NULL)),
+    CONSTRAINT queues_key_rate_positive CHECK (
+        key_rate_limit IS NULL OR (key_rate_limit >= 1 AND key_rate_period > interval '0')),
+    CONSTRAINT queues_concurrency_positive CHECK (concurrency IS NULL OR concurrency >= 1),
+    CONSTRAINT queues_aging_whole CHECK (
+        (aging_every IS NULL) = (aging_step IS NULL)
+        AND (aging_step IS NULL) = (aging_cap IS NULL)),
+    CONSTRAINT queues_aging_positive
+        CHECK (aging_every IS NULL OR (aging_every > interval '0' AND aging_step >= 1)),
+    CONSTRAINT queues_rate_whole CHECK ((rate_limit IS NULL) = (rate_period IS NULL)),
+    CONSTRAINT queues_rate_positive
+        CHECK (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period > interval '0'))
+);
+
+-- The starts of rate-limited queues inside their window: the exact sliding window.
+-- Written and pruned only by job_claim_flow under the queue's row lock.
+CREATE TABLE __schema__.queue_starts (
+    queue      text        NOT NULL,
+    started_at timestamptz NOT NULL,
+    limit_key  text
+);
+CREATE INDEX queue_starts_window ON __schema__.queue_starts (queue, started_at);
+CREATE INDEX queue_starts_key_window ON __schema__.queue_starts (queue, limit_key, started_at)
+    WHERE limit_key IS NOT NULL;
+
+-- The flow claim reads one queue's claimable jobs at a time, so jobs of a paused or
+-- full queue are never walked; and it finds the queues that have pending jobs by
+-- skipping from one queue to the next along this index. `queue <> ''` is always true
+-- (queue names are never empty) and only the flow statements say it: the plain claim
+-- can never take this index for jobs_claimable, whatever the statistics.
+CREATE INDEX jobs_queue_claimable ON __schema__.jobs (queue, priority DESC, run_at, id)
+    WHERE status = 'pending' AND queue <> '';
+
+-- A limited queue's held jobs, counted under its lock (bounded by the limit). The
+-- predicate's `queue <> ''` as in jobs_queue_claimable: the plain claim's per-key probe
+-- of held jobs keeps its own index.
+CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
+    WHERE lease_until IS NOT NULL AND queue <> '';
+
+-- One limit key's held jobs in a queue, counted under the queue's lock.
+CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
+    WHERE lease_until IS NOT NULL AND limit_key IS NOT NULL AND queue <> '';
+
+-- The claim of a fleet that has flow control (docs/flow_control.md). A function
+-- because each statement in it takes a fresh snapshot: the queue rows are locked
+-- first, and the held jobs and starts are counted after the lock is granted, so a
+-- claim committed by the previous holder of the lock is always counted. One statement
+-- could not: its snapshot predates its wait for the lock. Claims of limited queues
+-- take turns on the queue's row; claims of unlimited queues still never wait.
+CREATE FUNCTION __schema__.job_claim_flow(
+    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[])
+RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
+               task text, args jsonb, key text, queue text, priority integer,
+               run_at timestamptz, lease_until timestamptz, idempotency_key text,
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    clock timestamptz;
+    serving text[];
+    rated integer;
+BEGIN
+    -- As job_claim_many, the commit need not wait for the disk: a claim lost in a crash
+    -- is what an expired lease is anyway. The flow lock, shared with every other claim;
+    -- a change of settings (queue_set_paused, queue_set_limits) takes it alone, so it
+    -- commits only once the claims that began before it have, and the claims after it
+    -- see it. Its own statement: the next one's snapshot must come after it.
+    -- And no JIT for this transaction: a claim reads a handful of rows, and compiling
+    -- its plans (when a generic plan's estimate passes jit_above_cost, as behind
+    -- 100,000 blocked jobs) costs tens of milliseconds. Set here, before the statements
+    -- below are first planned, rather than as the function's SET clause, which costs a
+    -- quarter of a millisecond per call.
+    PERFORM set_config('synchronous_commit', 'off', true), set_config('jit', 'off', true),
+            pg_advisory_xact_lock_shared(hashtext('pgbaton.flow'),
+                ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer);
+    -- Name order, so two claims never wait for each other in a circle.
+    SELECT count(*) FILTER (WHERE locked.rated), clock_timestamp()
+    INTO rated, clock
+    FROM (SELECT q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL AS rated
+          FROM __schema__.queues AS q
+          WHERE NOT q.paused
+            AND (q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                 OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+            AND (only_queues IS NULL OR q.name = ANY(only_queues))
+          ORDER BY q.name
+          FOR NO KEY UPDATE) AS locked;
+
+    IF only_queues IS NULL THEN
+        -- The queues that have pending jobs: one index descent per queue.
+        serving := ARRAY(
+            WITH RECURSIVE pending_queue(name) AS (
+                (SELECT j.queue FROM __schema__.jobs AS j
+                 WHERE j.status = 'pending' AND j.queue <> '' ORDER BY j.queue LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.queue FROM __schema__.jobs AS j
+                        WHERE j.status = 'pending' AND j.queue <> ''
+                          AND j.queue > p.name
+                        ORDER BY j.queue LIMIT 1)
+                FROM pending_queue AS p WHERE p.name IS NOT NULL
+            )
+            SELECT p.name FROM pending_queue AS p WHERE p.name IS NOT NULL);
+    ELSE
+        serving := only_queues;
+    END IF;
+
+    IF rated > 0 THEN
+        DELETE FROM __schema__.queue_starts AS s
+        USING __schema__.queues AS q
+        WHERE s.queue = q.name AND q.name = ANY(serving) AND NOT q.paused
+          AND (q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+          AND s.started_at <= clock - greatest(coalesce(q.rate_period, interval '0'),
+                                               coalesce(q.key_rate_period, interval '0'));
+    END IF;
+
+    RETURN QUERY
+    WITH allowance AS (
+        SELECT s.name,
+               least(wanted,
+                     q.concurrency - (
+                         SELECT count(*) FROM (
+                             SELECT 1 FROM __schema__.jobs AS h
+                             WHERE h.queue = s.name AND h.queue <> ''
+                               AND h.lease_until IS NOT NULL
+                             LIMIT q.concurrency) AS held),
+                     q.rate_limit - (
+                         SELECT count(*) FROM __schema__.queue_starts AS st
+                         WHERE st.queue = s.name
+                           AND st.started_at > clock - q.rate_period)) AS room,
+               q.key_concurrency, q.key_rate_limit, q.key_rate_period
+        FROM (SELECT DISTINCT u.name FROM unnest(serving) AS u(name)) AS s
+        LEFT JOIN __schema__.queues AS q ON q.name = s.name
+        WHERE NOT coalesce(q.paused, false)
+    ),
+    candidate AS (
+        SELECT c.id, c.priority, c.run_at,
+               -- Per-key limits: at most one job of a limit key per claim, so that the
+               -- counts below (taken under the queue's lock) stay exact.
+               row_number() OVER (
+                   PARTITION BY a.name, CASE WHEN a.key_concurrency IS NOT NULL
+                                               OR a.key_rate_limit IS NOT NULL
+                                             THEN c.limit_key END,
+                                CASE WHEN c.limit_key IS NULL
+                                       OR (a.key_concurrency IS NULL
+                                           AND a.key_rate_limit IS NULL)
+                                     THEN c.id END
+                   ORDER BY c.priority DESC, c.run_at, c.id) AS of_key
+        FROM allowance AS a
+        CROSS JOIN LATERAL (
+            SELECT c.id, c.priority, c.run_at, c.limit_key
+            FROM __schema__.jobs AS c
+            WHERE c.queue = a.name AND c.queue <> ''
+              AND c.status = 'pending'
+              AND c.run_at <= clock
+              AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
+              -- The three per-key probes of job_claim_many.
+              AND (c.key IS NULL OR (
+                    NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS running
+                        WHERE running.key = c.key AND running.status = 'running'
+                          AND running.key IS NOT NULL)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS held
+                        WHERE held.key = c.key AND held.lease_until > clock
+                          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                          AND held.status IN ('cancelled', 'pending'))
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS older
+                        WHERE older.key = c.key AND older.status = 'pending'
+                          AND older.id < c.id)))
+              -- A job of a limit key whose own limits are reached waits (and is read
+              -- past: per-key limits do not have the queue limits' index shortcut).
+              AND (c.limit_key IS NULL OR a.key_concurrency IS NULL OR (
+                    SELECT count(*) FROM (
+                        SELECT 1 FROM __schema__.jobs AS k
+                        WHERE k.queue = c.queue AND k.limit_key = c.limit_key
+                          AND k.lease_until IS NOT NULL AND k.limit_key IS NOT NULL
+                          AND k.queue <> ''
+                        LIMIT a.key_concurrency) AS held_of_key) < a.key_concurrency)
+              AND (c.limit_key IS NULL OR a.key_rate_limit IS NULL OR (
+                    SELECT count(*) FROM __schema__.queue_starts AS ks
+                    WHERE ks.queue = c.queue AND ks.limit_key = c.limit_key
+                      AND ks.limit_key IS NOT NULL
+                      AND ks.started_at > clock - a.key_rate_period) < a.key_rate_limit)
+            ORDER BY c.priority DESC, c.run_at, c.id
+            LIMIT greatest(a.room, 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        WHERE a.room > 0
+    ),
+    picked AS (
+        SELECT candidate.id FROM candidate
+        WHERE candidate.of_key = 1
+        ORDER BY candidate.priority DESC, candidate.run_at, candidate.id
+        LIMIT wanted
+    ),
+    claimed AS (
+        UPDATE __schema__.jobs AS j
+        -- The start is dated after this statement's snapshot, so a job that finished
+        -- before it (and made the room) never seems to overlap it.
+        SET status      = 'running',
+            claim_token = gen_random_uuid(),
+            lease_until = clock_timestamp() + make_interval(secs => lease),
+            attempts    = j.attempts + 1,
+            worker_id   = worker,
+            started_at  = clock_timestamp()
+        FROM picked
+        WHERE j.id = picked.id
+        RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+                  j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key,
+                  j.created_at, j.started_at, j.limit_key,
+                  -- Migration 6's column: this release applies 4 to 6 together.
+                  j.meta
+    ),
+    -- Each start is logged at its own time, later than the clock the window was counted
+    -- at: no claim of the queue can come between (this one holds its lock), so every
+    -- window ending at this start holds only what was counted, and this.
+    logged AS (
+        INSERT INTO __schema__.queue_starts (queue, started_at, limit_key)
+        SELECT c.queue, c.started_at, c.limit_key
+        FROM claimed AS c JOIN __schema__.queues AS q ON q.name = c.queue
+        WHERE q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL
+    )
+    SELECT c.id, c.claim_token, c.attempts, c.max_attempts, c.task, c.args, c.key,
+           c.queue, c.priority, c.run_at, c.lease_until, c.idempotency_key, c.created_at,
+           NULL::timestamptz, c.meta
+    FROM claimed AS c
+    ORDER BY c.priority DESC, c.run_at, c.id;
+
+    IF rated = 0 THEN
+        RETURN;
+    END IF;
+    -- One more row, with no job, when a rate-limited queue is full: when its oldest
+    -- start leaves the window, so the worker sleeps until then instead of polling.
+    RETURN QUERY
+    SELECT NULL::bigint, NULL::uuid, NULL::integer, NULL::integer, NULL::text,
+           NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::timestamptz,
+           NULL::timestamptz, NULL::text, NULL::timestamptz,
+           min(w.oldest + q.rate_period), NULL::jsonb
+    FROM __schema__.queues AS q
+    CROSS JOIN LATERAL (
+        SELECT min(st.started_at) AS oldest, count(*) AS starts
+        FROM __schema__.queue_starts AS st
+        WHERE st.queue = q.name AND st.started_at > clock - q.rate_period) AS w
+    WHERE q.name = ANY(serving) AND NOT q.paused AND q.rate_limit IS NOT NULL
+      AND w.starts >= q.rate_limit
+    HAVING min(w.oldest + q.rate_period) IS NOT NULL;
+END;
+$$;
 
 -- Dependencies and batches (migration 5, docs/dependencies.md).
 

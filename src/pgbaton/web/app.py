@@ -313,7 +313,28 @@ class Dashboard:
 
     async def queues(self, request: Request) -> Response:
         overview = await self.store.overview()
-        return self.page(request, "queues.html", {"queues": overview.queues})
+        settings = {s.name: s for s in await self.queue.queue_settings()}
+        queues = list(overview.queues)
+        for name in sorted(set(settings) - {q["queue"] for q in queues}):
+            queues.append({"queue": name, "pending": 0, "scheduled": 0, "running": 0,
+                           "failed": 0, "expired_leases": 0, "oldest_pending_seconds": None})
+        return self.page(request, "queues.html", {
+            "queues": queues, "settings": settings,
+            "notice": QUEUE_NOTICES.get(request.query_params.get("done", "")),
+        })
+
+    async def queue_act(self, request: Request) -> Response:
+        """Pause or resume one queue (docs/flow_control.md); the name is a form field,
+        since a queue name may hold any character."""
+        action = request.path_params["action"]
+        form = await request.form()
+        name = form.get("queue")
+        if action not in QUEUE_NOTICES or not isinstance(name, str):
+            return self.error(request, 400, "pause or resume needs a queue")
+        await (self.queue.pause(name) if action == "pause" else self.queue.resume(name))
+        logger.info("dashboard: %s %s queue %r", request.state.decision.who, action, name)
+        base = request.scope.get("root_path", "")
+        return RedirectResponse(f"{base}/queues?done={action}", status_code=303)
 
     async def periodic(self, request: Request) -> Response:
         schedules = []
@@ -349,6 +370,12 @@ class Dashboard:
     async def metrics(self, request: Request) -> Response:
         body = await run_in_threadpool(generate_latest, self.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+QUEUE_NOTICES = {
+    "pause": "Paused: claims from now on take none of its jobs; running ones finish.",
+    "resume": "Resumed: its jobs are claimed again.",
+}
 
 
 def _pretty(value: Any) -> str:
@@ -404,6 +431,7 @@ def create_app(
         Route("/jobs/{job_id}", guarded(board.job)),
         Route("/jobs/{job_id}/{action}", guarded(board.act, acts=True), methods=["POST"]),
         Route("/queues", guarded(board.queues)),
+        Route("/queues/{action}", guarded(board.queue_act, acts=True), methods=["POST"]),
         Route("/periodic", guarded(board.periodic)),
         Route("/health", guarded(board.health)),
         Route("/healthz", board.healthz),

@@ -51,6 +51,19 @@ class Completer:
                     raise
 
     async def _write(self, batch: list[Outcome]) -> None:
+        written = [o.claim for o in batch]
+        await self._write_outcomes(batch)
+        # After the slots are free here: other workers of a limited queue may be waiting
+        # for the room these jobs made (docs/flow_control.md). A wake-up that fails is
+        # not retried: those workers poll.
+        try:
+            await self._queue.notify_freed(written)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            logger.warning("could not wake the workers of limited queues (%s)", error)
+
+    async def _write_outcomes(self, batch: list[Outcome]) -> None:
         delay = RETRY_START_SECONDS
         while batch:
             completes = [o for o in batch if o.ok]

@@ -1,5 +1,6 @@
 """Claims as many jobs as there are free slots, in one SKIP LOCKED statement; sleeps
-until a slot frees, a NOTIFY arrives or the poll interval passes."""
+until a slot frees, a NOTIFY arrives (a new job, or a finished job of a limited queue),
+a rate-limited queue's next start is due, or the poll interval passes."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class Producer:
             self.wakeup.clear()
             sent = self.held.now()
             try:
-                claims = await self.queue.claim(
+                batch = await self.queue.claim_batch(
                     self.worker_id, limit=free, lease=self.lease, queues=self.queues,
                     tasks=self.tasks,
                 )
@@ -77,10 +78,14 @@ class Producer:
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
                 continue
             delay = RETRY_START_SECONDS
+            claims = batch.claims
             if claims:
                 self._start(claims, sent)
             if len(claims) < free:
                 poll = self.poll_interval * random.uniform(0.8, 1.0)
+                if batch.next_slot_in is not None:
+                    # A rate-limited queue is full: sleep until its next start is due.
+                    poll = min(poll, batch.next_slot_in)
                 await self._until(self.wakeup, poll)
 
     async def _until(self, event: asyncio.Event, timeout: float | None = None) -> None:

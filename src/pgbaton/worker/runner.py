@@ -33,7 +33,7 @@ from typing import Any
 from ..app import App
 from ..dsn import with_application_name
 from ..events import EVENTS, Event
-from ..maintenance import Leader, Pruner, Reaper, Scheduler
+from ..maintenance import Ager, Leader, Pruner, Reaper, Scheduler
 from ..models import Claim
 from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
@@ -117,6 +117,7 @@ class Worker:
     async def run(self) -> int:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
         sessions = await open_when_reachable(self.config, self.queue)
+        await self.queue.apply_limits(self.app.queue_limits)  # code wins at start
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
             loop,
@@ -173,6 +174,7 @@ class Worker:
         services: list[Any] = [
             Reaper(self.queue, self.config.reap_interval),
             Pruner(self.queue, self.config.prune_interval, self.config.retention),
+            Ager(self.queue, self.config.reap_interval),  # each queue's `every` decides
         ]
         if self.app.periodics:
             services.append(Scheduler(

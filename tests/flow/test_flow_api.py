@@ -1,0 +1,194 @@
+"""The flow-control API and command line on a real database: settings are stored and
+shown, obeyed by the next claim, refused with one clear line when they make no sense,
+and left untouched by a refused call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pgbaton
+from pgbaton.flow import Rate, parse_rate
+from tests.cli.cli_helpers import pgbaton as run_pgbaton
+
+
+def _settings(queue: pgbaton.Queue, name: str):
+    [settings] = queue.queue_settings(name)
+    return settings
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"),
+    [("100/s", Rate(100, 1.0)), ("10/min", Rate(10, 60.0)), ("5/2h", Rate(5, 7200.0)),
+     (" 3 / 250ms ", Rate(3, 0.25)), ("1/day", Rate(1, 86400.0)), ((7, 0.5), Rate(7, 0.5)),
+     (None, None)],
+)
+def test_rates_are_read_from_text_pairs_and_rates(text, rate):
+    """A rate is text such as '100/s', a (limit, seconds) pair or a Rate."""
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize(
+    ("rate", "message"),
+    [("0/s", "allows 0 starts per window: use 1 to 10,000"),
+     ("-1/s", "is not understood"),
+     ("100000/s", "allows 100000 starts per window"),
+     ("5/fortnight", "is not understood"),
+     ("1/0s", "rate period of 0 s is out of range"),
+     ("1/30d", "rate period of 2.592e+06 s is out of range"),
+     ("fast", "is not understood"),
+     ((1, float("nan")), "out of range"),
+     ((True, 1), "must be a whole number"),
+     (12, "rate must be text such as '100/s'")],
+)
+def test_absurd_rates_are_refused_with_one_line(queue: pgbaton.Queue, db, rate, message):
+    """Nothing is written for a rate that cannot be meant."""
+    with pytest.raises(pgbaton.InvalidArgument, match=message.replace("+", r"\+")) as caught:
+        queue.set_rate("emails", rate)
+    assert "\n" not in str(caught.value)
+    assert db.execute("SELECT count(*) AS n FROM queues").fetchone() == {"n": 0}
+
+
+@pytest.mark.parametrize("concurrency", [0, -3, 100_001, 2.5, "8", True])
+def test_bad_concurrency_is_refused(queue: pgbaton.Queue, db, concurrency):
+    """Concurrency is a whole number from 1 up (pause a queue to run none of it)."""
+    with pytest.raises(pgbaton.InvalidArgument, match="concurrency must be"):
+        queue.set_concurrency("emails", concurrency)
+    assert db.execute("SELECT count(*) AS n FROM queues").fetchone() == {"n": 0}
+
+
+def test_settings_are_stored_changed_removed_and_shown(queue: pgbaton.Queue):
+    """set_concurrency and set_rate change only their own limit; None removes it; pause
+    and resume keep the limits; queue_settings lists queues with jobs too."""
+    queue.enqueue("t", queue="plain")
+    assert queue.set_concurrency("emails", 8).concurrency == 8
+    settings = queue.set_rate("emails", "100/s")
+    assert (settings.concurrency, settings.rate) == (8, Rate(100, 1.0))
+    queue.pause("emails")
+    assert _settings(queue, "emails").paused
+    queue.resume("emails")
+    settings = _settings(queue, "emails")
+    assert (settings.paused, settings.concurrency, settings.rate) == (False, 8, Rate(100, 1.0))
+    assert queue.set_concurrency("emails", None).rate == Rate(100, 1.0)
+    assert queue.set_rate("emails", None).rate is None
+    names = [s.name for s in queue.queue_settings()]
+    assert names == ["emails", "plain"]
+    assert _settings(queue, "plain").paused is False
+
+
+def test_the_next_claim_obeys_each_setting(queue: pgbaton.Queue):
+    """Claims made right after a setting obey it, from the same handle or another."""
+    queue.enqueue_many([{"task": "t", "queue": "q"}] * 10)
+    with pgbaton.Queue(queue.dsn, schema=queue.schema) as operator:
+        operator.pause("q")
+        # This handle still thinks nothing is controlled: its plain claim leaves q alone.
+        assert queue.claim("w", limit=10) == []
+        operator.resume("q")
+        operator.set_concurrency("q", 3)
+    claims = queue.claim("w", limit=10)
+    assert len(claims) == 3
+    assert queue.claim("w", limit=10) == []
+    queue.complete(claims[0])
+    assert len(queue.claim("w", limit=10)) == 1
+    assert _settings(queue, "q").held == 3
+
+
+def test_a_rate_limited_claim_says_when_the_next_start_is_due(queue: pgbaton.Queue):
+    """Once the window is full the claim gets nothing, and is told in how many seconds
+    the first start leaves the window."""
+    queue.enqueue_many([{"task": "t", "queue": "q"}] * 5)
+    queue.set_rate("q", "2/10s")
+    first = queue.claim_batch("w", limit=5)
+    assert len(first.claims) == 2
+    assert first.next_slot_in is not None and 9.0 < first.next_slot_in <= 10.0
+    empty = queue.claim_batch("w", limit=5)
+    assert empty.claims == []
+    assert empty.next_slot_in is not None and empty.next_slot_in <= first.next_slot_in
+
+
+def test_app_limit_checks_what_it_is_given():
+    """App.limit refuses a limit that names nothing or makes no sense, at import time."""
+    app = pgbaton.App("postgresql://nowhere/none")
+    app.limit("emails", concurrency=8, rate="100/s")
+    assert app.queue_limits == {"emails": (8, Rate(100, 1.0))}
+    with pytest.raises(pgbaton.InvalidArgument, match="names no limit"):
+        app.limit("emails")
+    with pytest.raises(pgbaton.InvalidArgument, match="is not understood"):
+        app.limit("emails", rate="lots")
+
+
+def test_the_command_line_pauses_limits_shows_and_refuses(dsn, schema, queue, db):
+    """`pgbaton queue`: unknown queues, bad limits and empty changes are one-line errors
+    with nothing written; the rest changes the settings and shows them."""
+    def run(*args: str):
+        return run_pgbaton("queue", *args, "--schema", schema, dsn=dsn)
+
+    unknown = run("pause", "emials")
+    assert unknown.returncode == 1
+    assert unknown.stderr.count("\n") == 1
+    assert "unknown queue 'emials'" in unknown.stderr and "--new" in unknown.stderr
+    for args, message in [
+        (("limit", "emails", "--new", "--concurrency", "-1"), "concurrency must be 1 to"),
+        (("limit", "emails", "--new", "--concurrency", "many"), "not a whole number"),
+        (("limit", "emails", "--new", "--rate", "1/0s"), "out of range"),
+        (("limit", "emails", "--new"), "give --concurrency, --rate, --key-concurrency"),
+    ]:
+        result = run(*args)
+        assert result.returncode in (1, 2), result
+        assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert db.execute("SELECT count(*) AS n FROM queues").fetchone() == {"n": 0}
+
+    queue.enqueue("t", queue="emails")
+    assert run("pause", "emails").returncode == 0
+    limited = run("limit", "emails", "--concurrency", "8", "--rate", "100/min", "--json")
+    assert limited.returncode == 0, limited.stderr
+    [shown] = json.loads(limited.stdout)
+    assert (shown["paused"], shown["concurrency"], shown["rate"]) == (True, 8, "100/min")
+    assert run("resume", "emails").returncode == 0
+    assert run("limit", "emails", "--concurrency", "none").returncode == 0
+    [shown] = json.loads(run("show", "emails", "--json").stdout)
+    assert (shown["paused"], shown["concurrency"], shown["rate"]) == (False, None, "100/min")
+    table = run("show")
+    assert table.returncode == 0 and "emails" in table.stdout
+
+
+def test_per_key_limits_count_each_limit_key_apart(queue: pgbaton.Queue, db):
+    """Per-key concurrency and rate hold for each limit key on its own; jobs without a
+    limit key obey only the queue's limits; a bad limit key is refused."""
+    queue.enqueue_many([{"task": "t", "limit_key": key} for key in "aabbb"] + [{"task": "t"}] * 2)
+    queue.set_key_concurrency("default", 1)
+    queue.set_key_rate("default", "2/1h")
+    first = queue.claim("w", limit=10)
+    assert sorted(c.id for c in first) == [1, 3, 6, 7]
+    assert queue.claim("w", limit=10) == []  # each key holds its one
+    for claim in first:
+        queue.complete(claim)
+    second = queue.claim("w", limit=10)
+    assert sorted(c.id for c in second) == [2, 4]
+    for claim in second:
+        queue.complete(claim)
+    assert queue.claim("w", limit=10) == []  # b started twice this hour
+    settings = _settings(queue, "default")
+    assert (settings.key_concurrency, settings.key_rate) == (1, Rate(2, 3600.0))
+    with pytest.raises(pgbaton.InvalidArgument, match="limit_key"):
+        queue.enqueue("t", limit_key="")
+    with pytest.raises(pgbaton.InvalidArgument, match="limit_key"):
+        queue.enqueue("t", limit_key="x" * 3000)
+
+
+def test_a_worker_writes_the_limits_its_app_declares_when_it_starts(
+    queue: pgbaton.Queue, dsn, schema
+):
+    """Code wins at worker start for the limits it names: a limit changed at run time is
+    set back by the next worker of the App; a limit the code does not name stays."""
+    from pgbaton.testing import WorkerThread
+
+    queue.set_concurrency("emails", 50)
+    queue.set_key_concurrency("emails", 2)
+    app = pgbaton.App(dsn, schema=schema)
+    app.limit("emails", concurrency=3, rate="10/s")
+    with WorkerThread(app):
+        settings = _settings(queue, "emails")
+    assert (settings.concurrency, settings.rate, settings.key_concurrency) == (
+        3, Rate(10, 1.0), 2)
