@@ -25,7 +25,7 @@ _NOT_WHERE = ("application_name", "fallback_application_name")
 
 def same_database(dsn: str, other: str) -> bool:
     """Whether two DSNs name the same server, database and role (spelling aside)."""
-    def where(text: str) -> dict[str, str]:
+    def where(text: str) -> dict[str, object]:
         return {k: v for k, v in conninfo_to_dict(text).items() if k not in _NOT_WHERE}
     return where(dsn) == where(other)
 

@@ -20,7 +20,8 @@ from psycopg.conninfo import make_conninfo
 import pgbaton
 from pgbaton.testing import inline
 from pgbaton.worker import Worker, WorkerConfig
-from tests.cli.cli_helpers import clean_env, pgbaton as run_pgbaton
+from tests.cli.cli_helpers import clean_env
+from tests.cli.cli_helpers import pgbaton as run_pgbaton
 
 DEADLINE_SECONDS = 60
 
