@@ -298,3 +298,20 @@ def test_a_route_to_the_apps_own_database_or_a_second_route_is_refused():
         app.route("reports", "postgresql://u@127.0.0.1:5432/other")
     assert app.route_of("reports") == "postgresql://u@127.0.0.1:5432/analytics"
     assert app.route_of("default") is None
+
+
+def test_testing_helpers_look_in_the_routed_database(app_module, dsn, schema, reports_dsn):
+    """assert_enqueued finds a routed task's jobs in its queue's database, and
+    drain(app, "reports") runs them there."""
+    from pgbaton.testing import assert_enqueued, drain, refute_enqueued
+
+    app, make_report, send = app_module.app, app_module.make_report, app_module.send
+    make_report.defer(n=1)
+    send.defer(n=2)
+    assert_enqueued(make_report, args={"n": 1}, count=1)
+    assert_enqueued("make_report", queue="reports", app=app, count=1)
+    assert_enqueued(send, args={"n": 2}, count=1)
+    ran = drain(app, "reports")
+    assert [(r.task, r.status) for r in ran] == [("make_report", "done")]
+    refute_enqueued(make_report)
+    assert jobs_in(dsn, schema) == [("send", "default", "pending")]
