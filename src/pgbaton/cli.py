@@ -212,14 +212,13 @@ def worker(
     worker_id = default_worker_id() if processes == 1 else None
     name = f"pgbaton worker {worker_id or 'supervisor'}"
     if route is not None and not (given_on_command_line("dsn") or embedded):
-        # The queues' database; the App keeps its own for what its handlers enqueue,
-        # and each worker finds the route itself (config.dsn stays None).
+        # The queues' database; each worker finds the route itself (config.dsn None).
         dsn, config_dsn = with_application_name(route, name), None
-        app.configure(schema=_app_schema(app, schema))
     else:
         dsn = config_dsn = resolve_dsn(dsn, fallback=app.dsn_in_code, embedded=embedded,
                                        application_name=name)
-        app.configure(dsn=dsn, schema=_app_schema(app, schema))
+    # A routed worker leaves the App its own database, where its handlers enqueue.
+    app.configure(dsn=dsn if route is None else None, schema=_app_schema(app, schema))
     wait_for_database(dsn, app.schema, connect_timeout)
     config = WorkerConfig(
         queues=queue_names,

@@ -42,6 +42,11 @@ def send(n: int) -> None:
     return None
 
 
+@app.task(queue="reports")
+def chain(n: int) -> None:
+    send.defer(n=n)
+
+
 @app.periodic("* * * * * *", queue="reports")
 def tick() -> None:
     return None
@@ -315,3 +320,32 @@ def test_testing_helpers_look_in_the_routed_database(app_module, dsn, schema, re
     assert [(r.task, r.status) for r in ran] == [("make_report", "done")]
     refute_enqueued(make_report)
     assert jobs_in(dsn, schema) == [("send", "default", "pending")]
+
+
+def test_dsn_wins_and_handlers_still_enqueue_into_the_apps_database(
+    app_module, tmp_path, dsn, schema, reports_dsn,
+):
+    """`pgbaton worker --queues reports --dsn <reports> --processes 2` works the DSN
+    given, and a handler's enqueue of a default-queue task lands in the App's own
+    database, not in the one the worker works."""
+    for n in range(6):
+        app_module.chain.defer(n=n)
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "pgbaton", "worker", "routed_app:app", "--queues",
+             "reports", "--dsn", reports_dsn, "--processes", "2", "--poll-interval", "0.2",
+             "--no-maintenance"],
+            cwd=tmp_path, env=clean_env(), stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while len(jobs_in(dsn, schema)) < 6:
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=DEADLINE_SECONDS) == 0, log.read_text()
+    assert jobs_in(dsn, schema) == [("send", "default", "pending")] * 6
+    assert set(jobs_in(reports_dsn, schema)) == {("chain", "reports", "done")}
