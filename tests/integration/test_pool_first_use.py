@@ -22,7 +22,7 @@ def test_threads_using_a_fresh_queue_at_once_all_enqueue(queue, dsn, schema, db)
         start.wait()
         try:
             fresh.enqueue("t", {"n": n})
-        except BaseException as error:  # noqa: BLE001 (the test reports every one)
+        except BaseException as error:  # the test reports every one
             errors.append(error)
 
     threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(CALLERS)]
