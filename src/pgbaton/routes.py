@@ -61,7 +61,8 @@ class Routes:
         self._dsn_of[queue] = dsn
 
     def dsn_of(self, queue: str) -> str | None:
-        return self._dsn_of.get(queue)
+        # A malformed queue (a list, say) is not routed: enqueue refuses it in one line.
+        return self._dsn_of.get(queue) if isinstance(queue, str) else None
 
     def shared_by(self, queues: Iterable[str] | None) -> str | None:
         """The DSN every queue is routed to (None: the App's own); refuses two."""

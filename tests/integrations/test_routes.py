@@ -349,3 +349,12 @@ def test_dsn_wins_and_handlers_still_enqueue_into_the_apps_database(
         assert worker.wait(timeout=DEADLINE_SECONDS) == 0, log.read_text()
     assert jobs_in(dsn, schema) == [("send", "default", "pending")] * 6
     assert set(jobs_in(reports_dsn, schema)) == {("chain", "reports", "done")}
+
+
+def test_a_malformed_queue_is_refused_as_without_routes(app_module):
+    """A queue that is no string is still InvalidArgument naming the queue, routed App
+    or not."""
+    with pytest.raises(pgbaton.InvalidArgument, match="queue"):
+        app_module.make_report.using(queue=["reports"]).defer(n=1)
+    with pytest.raises(pgbaton.InvalidArgument, match="queue"):
+        app_module.app.enqueue_many([{"task": "send", "queue": ["reports"]}])
