@@ -6,6 +6,7 @@ apart, each would import the others."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -15,7 +16,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
@@ -46,8 +47,10 @@ from .middleware import Middleware
 from .models import Backoff
 from .queue import Queue
 from .queue_async import AsyncQueue
+from .routes import Routes
 
 if TYPE_CHECKING:
+    from .dependencies import Batch
     from .worker import WorkerConfig
 
 # pgbaton.worker registers its run_worker here when it is imported (pgbaton's own
@@ -164,9 +167,8 @@ class Task:
         idempotency_key, max_attempts) and conn= for the caller's transaction. The args
         are checked against the handler's parameters first (InvalidArgument)."""
         self.check_args(args)
-        return self.app.queue.enqueue(
-            self.name, args, conn=conn, **self.job_options(args, options)
-        )
+        job = self.job_options(args, options)
+        return self.app.queue_for(job["queue"]).enqueue(self.name, args, conn=conn, **job)
 
     async def enqueue_async(
         self,
@@ -177,8 +179,9 @@ class Task:
     ) -> int:
         """AsyncQueue.enqueue for this task, with the same checks."""
         self.check_args(args)
-        return await self.app.async_queue.enqueue(
-            self.name, args, conn=conn, **self.job_options(args, options)
+        job = self.job_options(args, options)
+        return await self.app.async_queue_for(job["queue"]).enqueue(
+            self.name, args, conn=conn, **job
         )
 
     def args_of_call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -338,6 +341,7 @@ class App:
         self._async_queue: AsyncQueue | None = None
         self._connection_provider: ConnectionProvider | None = None
         self._async_connection_provider: AsyncConnectionProvider | None = None
+        self._routes = Routes()
 
     def __repr__(self) -> str:
         return f"<App schema={self.schema!r} tasks={sorted(self.tasks)}>"
@@ -367,6 +371,7 @@ class App:
         if schema is not None:
             self._schema = _sql.check_schema_name(schema)
         self._queue = self._async_queue = None
+        self._routes.forget_queues()
 
     @property
     def queue(self) -> Queue:
@@ -386,6 +391,65 @@ class App:
                 connection_provider=self._async_connection_provider,
             )
         return self._async_queue
+
+    def route(self, queue: str, dsn: str) -> None:
+        """Keep the jobs of `queue` in another database (same schema name): its tasks
+        enqueue there, and a worker whose --queues are all routed there works it. A
+        caller's conn= still wins. docs/scaling.md says what routing keeps."""
+        own = None
+        with contextlib.suppress(ConfigurationError):  # no DSN yet: checked at use
+            own = self.dsn
+        self._routes.add(queue, dsn, own)
+
+    def route_of(self, queue: str) -> str | None:
+        """The DSN `queue` is routed to, or None for the App's own database."""
+        return self._routes.dsn_of(queue)
+
+    def routed_dsns(self) -> list[str]:
+        """Every database a queue is routed to, once each (not the App's own)."""
+        return self._routes.dsns()
+
+    def database_of(self, queues: Iterable[str] | None) -> str | None:
+        """The route these queues share (None: the App's own database, as for no queues
+        at all); ConfigurationError when they live in two databases, naming them."""
+        return self._routes.shared_by(queues)
+
+    def queue_for(self, queue: str) -> Queue:
+        """The Queue of the database `queue` is routed to (App.queue when not routed)."""
+        dsn = self._routes.dsn_of(queue)
+        if dsn is None or not isinstance(self._queue, Queue | None):
+            # Not routed, or a stand-in (pgbaton.testing.inline) takes every job.
+            return self.queue
+        return self._routes.queue(dsn, self.schema, self.events)
+
+    def async_queue_for(self, queue: str) -> AsyncQueue:
+        """queue_for() for asyncio."""
+        dsn = self._routes.dsn_of(queue)
+        if dsn is None or not isinstance(self._async_queue, AsyncQueue | None):
+            return self.async_queue
+        return self._routes.async_queue(dsn, self.schema, self.events)
+
+    def enqueue_many(
+        self, jobs: Iterable[Mapping[str, Any]], *, conn: CallerConnection | None = None,
+        batch: Batch | None = None,
+    ) -> list[int]:
+        """Queue.enqueue_many in the database the jobs' queues (and the batch's
+        callbacks') are routed to; jobs of two databases are refused before anything
+        is written (InvalidArgument), as one statement cannot write to both."""
+        jobs = list(jobs)
+        return self.queue_for(self._routes.queue_of_many(jobs, batch)).enqueue_many(
+            jobs, conn=conn, batch=batch
+        )
+
+    async def enqueue_many_async(
+        self, jobs: Iterable[Mapping[str, Any]], *,
+        conn: AsyncCallerConnection | None = None, batch: Batch | None = None,
+    ) -> list[int]:
+        """enqueue_many() through the AsyncQueue of the jobs' database."""
+        jobs = list(jobs)
+        return await self.async_queue_for(
+            self._routes.queue_of_many(jobs, batch)
+        ).enqueue_many(jobs, conn=conn, batch=batch)
 
     def provide_connection(self, provider: ConnectionProvider | None) -> None:
         """Sync enqueues of this App without conn= ask provider() first: what it returns

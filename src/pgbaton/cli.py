@@ -36,7 +36,7 @@ from ._cli_common import (
 )
 from .app import App
 from .doctor import doctor
-from .dsn import normalize_dsn, resolve_schema
+from .dsn import normalize_dsn, redact_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, ConnectionFailed, PgbatonError
 from .queue import Queue
 from .queue_cli import queue_group
@@ -97,15 +97,31 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 @main.command()
 @connection_options
-def migrate(dsn: str | None, schema: str, embedded: bool) -> None:
+@click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
+              help="Migrate every database of this App: its own (--dsn replaces it) and "
+                   "each one a queue is routed to.")
+def migrate(dsn: str | None, schema: str, embedded: bool, app_spec: str | None) -> None:
     """Bring the schema up to date (safe to run from several processes at once)."""
-    with _queue(dsn, schema, embedded) as queue:
-        applied = queue.migrate()
+    if app_spec is None:
+        with _queue(dsn, schema, embedded) as queue:
+            _report_migrated(queue.schema, queue.migrate(), None)
+        return
+    app = load_app(app_spec)
+    own = resolve_dsn(dsn, fallback=app.dsn_in_code, embedded=embedded,
+                      application_name="pgbaton migrate")
+    schema = _app_schema(app, schema)
+    for each in [own, *app.routed_dsns()]:
+        with Queue(with_application_name(each, "pgbaton migrate"), schema=schema) as queue:
+            _report_migrated(schema, queue.migrate(), each)
+
+
+def _report_migrated(schema: str, applied: list[int], dsn: str | None) -> None:
     target = _sql.schema_version()
+    where = f" in {redact_dsn(dsn)}" if dsn is not None else ""
     if applied:
-        click.echo(f"schema {queue.schema!r}: applied {applied}, now at version {target}")
+        click.echo(f"schema {schema!r}{where}: applied {applied}, now at version {target}")
     else:
-        click.echo(f"schema {queue.schema!r}: already at version {target}")
+        click.echo(f"schema {schema!r}{where}: already at version {target}")
 
 
 @main.command("schema")
@@ -178,8 +194,10 @@ def worker(
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
-    The database is --dsn, else the App's own, else PGBATON_DSN, else DATABASE_URL; with
-    none of them the worker refuses to start (--embedded runs pgbaton's own server). The
+    The database is --dsn, else the one the App routes every one of --queues to, else
+    the App's own, else PGBATON_DSN, else DATABASE_URL; with none of them the worker
+    refuses to start (--embedded runs pgbaton's own server). Without --queues it works
+    every queue of that database; queues routed to two databases are refused. The
     schema is --schema, else the App's, else PGBATON_SCHEMA, else pgbaton.
     """
     from .worker import WorkerConfig, run_worker
@@ -190,18 +208,25 @@ def worker(
     # Worker processes started by --processes inherit the logging settings this way.
     os.environ["PGBATON_LOG_LEVEL"], os.environ["PGBATON_LOG_FORMAT"] = log_level, log_format
     app = load_app(app_spec)
+    queue_names = [q for q in queues.split(",") if q] if queues else None
+    route = app.database_of(queue_names)  # one database per worker: refuses a mix
     worker_id = default_worker_id() if processes == 1 else None
-    dsn = resolve_dsn(
-        dsn, fallback=app.dsn_in_code, embedded=embedded,
-        application_name=f"pgbaton worker {worker_id or 'supervisor'}",
-    )
-    app.configure(dsn=dsn, schema=_app_schema(app, schema))
+    name = f"pgbaton worker {worker_id or 'supervisor'}"
+    if route is not None and not (given_on_command_line("dsn") or embedded):
+        # The queues' database; each worker finds the route itself (config.dsn None).
+        dsn, config_dsn = with_application_name(route, name), None
+    else:
+        dsn = config_dsn = resolve_dsn(dsn, fallback=app.dsn_in_code, embedded=embedded,
+                                       application_name=name)
+    # A routed worker leaves the App its own database, where its handlers enqueue.
+    app.configure(dsn=dsn if route is None else None, schema=_app_schema(app, schema))
     wait_for_database(dsn, app.schema, connect_timeout)
     config = WorkerConfig(
-        queues=[q for q in queues.split(",") if q] if queues else None,
+        queues=queue_names,
         concurrency=concurrency, processes=processes, claim_ahead=claim_ahead, lease=lease,
         poll_interval=poll_interval, shutdown_grace=shutdown_grace,
-        maintenance=not no_maintenance, dsn=dsn, worker_id=worker_id, stats_path=stats_file,
+        maintenance=not no_maintenance, dsn=config_dsn, worker_id=worker_id,
+        stats_path=stats_file,
         metrics_port=metrics_port,
         listen_dsn=normalize_dsn(listen_dsn, "--listen-dsn") if listen_dsn else None,
         connect_timeout=connect_timeout,
@@ -304,7 +329,7 @@ def enqueue(
         try:
             job_id = found.enqueue(args, **options)
         finally:
-            app.queue.close()
+            app.queue_for(options.get("queue", found.queue)).close()
     if as_json:
         _print_json({"id": job_id})
     else:

@@ -147,27 +147,28 @@ class AsyncQueue:
 
     async def _open_pool(self) -> Pool:
         async with self._opening:
-            if self._pool is None:
-                conn = await database.connect(self.dsn, autocommit=True)
-                try:
-                    await database.check_schema(conn, self.schema)
-                    self._schema_checked = True
-                finally:
-                    await conn.close()
-                pool = Pool(
-                    self.dsn,
-                    connection_class=psycopg.AsyncConnection[DictRow],
-                    min_size=1,
-                    max_size=self._pool_size,
-                    kwargs={
-                        "autocommit": True,
-                        "row_factory": dict_row,
-                        **self._statement_kwargs(),
-                    },
-                    open=False,
-                )
-                await pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
-                self._pool = pool
+            if self._pool is not None:  # opened by a caller this one waited for
+                return self._pool
+            conn = await database.connect(self.dsn, autocommit=True)
+            try:
+                await database.check_schema(conn, self.schema)
+                self._schema_checked = True
+            finally:
+                await conn.close()
+            pool = Pool(
+                self.dsn,
+                connection_class=psycopg.AsyncConnection[DictRow],
+                min_size=1,
+                max_size=self._pool_size,
+                kwargs={
+                    "autocommit": True,
+                    "row_factory": dict_row,
+                    **self._statement_kwargs(),
+                },
+                open=False,
+            )
+            await pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
+            self._pool = pool
             return pool
 
     def _statement_kwargs(self) -> dict[str, Any]:

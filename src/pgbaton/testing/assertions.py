@@ -24,7 +24,7 @@ def enqueued_jobs(
     """The pending jobs of `task` (oldest first) whose args hold every item of `args`,
     in `queue` when given, as the App's connection provider's transaction sees them
     when it gives one. A task given by name needs app= (an App or a Queue)."""
-    source = _queue_of(task, app)
+    source = _queue_of(task, app, queue)
     name = task.name if isinstance(task, Task) else task
     # Seen from the transaction the code under test enqueued in, when the App has a
     # connection provider (Django's TestCase holds its jobs in the test's transaction).
@@ -78,13 +78,17 @@ def refute_enqueued(
         )
 
 
-def _queue_of(task: Task | str, app: App | Queue | None) -> Queue:
+def _queue_of(task: Task | str, app: App | Queue | None, queue: str | None) -> Queue:
+    """Where the jobs are: the Queue given, else the database the App routes the queue
+    (given, else the task's) to."""
     if isinstance(app, Queue):
         return app
+    if queue is None and isinstance(task, Task):
+        queue = task.queue
     if isinstance(app, App):
-        return app.queue
+        return app.queue if queue is None else app.queue_for(queue)
     if isinstance(task, Task):
-        return task.app.queue
+        return task.app.queue_for(queue or task.queue)
     raise InvalidArgument(
         f"task {task!r} is given by name: pass app= (the App or a Queue) to look it up"
     )

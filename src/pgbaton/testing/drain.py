@@ -73,7 +73,8 @@ async def drain_async(
             claimed.append(event.job_id)
 
     app.events.subscribe(on_claimed, ["job.claimed"])
-    probe = AsyncQueue(app.dsn, schema=app.schema, pool_size=1)
+    # The worker's database: a routed queue's (App.route), else the App's own.
+    probe = AsyncQueue(worker.queue.dsn, schema=app.schema, pool_size=1)
     running = asyncio.create_task(worker.run(), name="pgbaton-drain")
     try:
         await _until_idle(worker, running, probe, queue, timeout)

@@ -31,7 +31,9 @@ def _child_main() -> int:
     if config.dsn:
         # Each child names its connections after itself (pg_stat_activity, doctor).
         config.dsn = with_application_name(config.dsn, f"pgbaton worker {config.worker_id}")
-    app.configure(dsn=config.dsn, schema=settings["schema"])
+    # config.dsn is the database worked; for routed queues it is not the App's own.
+    routed = app.database_of(config.queues) is not None
+    app.configure(dsn=None if routed else config.dsn, schema=settings["schema"])
 
     def watch_parent() -> None:
         sys.stdin.read()  # returns at EOF: the supervisor is gone

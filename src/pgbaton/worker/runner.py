@@ -62,8 +62,12 @@ class Worker:
         self.app = app
         self.config = config or WorkerConfig()
         self.worker_id = self.config.worker_id or default_worker_id()
+        # A worker works one database: its queues' route (refused if they span two), or
+        # the App's own; config.dsn (--dsn) wins over both.
+        self.route = app.database_of(self.config.queues)
         self.queue = AsyncQueue(
-            with_application_name(self.config.dsn or app.dsn, f"pgbaton worker {self.worker_id}"),
+            with_application_name(self.config.dsn or self.route or app.dsn,
+                                  f"pgbaton worker {self.worker_id}"),
             schema=app.schema, pool_size=4, events=app.events,
         )
         self.events = app.events
@@ -176,9 +180,12 @@ class Worker:
             Pruner(self.queue, self.config.prune_interval, self.config.retention),
             Ager(self.queue, self.config.reap_interval),  # each queue's `every` decides
         ]
-        if self.app.periodics:
+        # This database's leader schedules the periodic jobs whose queue lives here.
+        periodics = [p for p in self.app.periodics
+                     if self.app.route_of(p.task.queue) == self.route]
+        if periodics:
             services.append(Scheduler(
-                self.queue, self.app.periodics, self.config.periodic_interval,
+                self.queue, periodics, self.config.periodic_interval,
                 catch_up=2 * self.config.elect_interval + 5,
             ))
         return Leader(self.queue, services, elect_interval=self.config.elect_interval,
