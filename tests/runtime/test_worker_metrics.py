@@ -38,6 +38,9 @@ def test_worker_metrics_port_counts_its_jobs(start_worker, db, app_schema):
             for s in family.samples if s.name == "pgbaton_jobs_total"
         }
 
-    wait_until(lambda: samples().get(("work", "succeeded")) == 2, 10, "the counters")
-    assert samples().get(("always_fails", "failed")) == 1
+    # The rows change before the events that count them reach the metrics (the events'
+    # dispatcher hands them over in batches): wait for both counts, then check they stay.
+    wanted = {("work", "succeeded"): 2, ("always_fails", "failed"): 1}
+    wait_until(lambda: {k: samples().get(k) for k in wanted} == wanted, 10, "the counters")
+    assert {k: samples().get(k) for k in wanted} == wanted
     assert worker.stop() == 0
