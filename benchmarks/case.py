@@ -198,10 +198,22 @@ async def claim_time(system: System, p: dict[str, Any]) -> dict[str, Any]:
     assert system.db is not None
     await system.db.execute("VACUUM ANALYZE")
     table_mb = await system.table_bytes() / MB
+    p50, p99 = await timed_claim_rounds(system, rows, pending, claims, rounds)
+    return {
+        "metrics": {"claim_p50_ms": p50, "claim_p99_ms": p99},
+        "info": {"fill_seconds": filled, "table_mb": table_mb, "done_rows": rows},
+    }
+
+
+async def timed_claim_rounds(
+    system: System, first_seq: int, pending: int, claims: int, rounds: int
+) -> tuple[list[float], list[float]]:
+    """Each round adds `pending` claimable jobs, ANALYZEs, makes 10 untimed claims, then
+    times `claims` sequential LIMIT 1 claims; the p50 and p99 of each round, in ms."""
     p50: list[float] = []
     p99: list[float] = []
     for round_ in range(rounds):
-        base = rows + round_ * pending
+        base = first_seq + round_ * pending
         for chunk in chunks(range(base, base + pending), 1000):
             await system.enqueue_batch(chunk)
         # Statistics that include the new pending rows, as autovacuum would soon give them:
@@ -215,13 +227,10 @@ async def claim_time(system: System, p: dict[str, Any]) -> dict[str, Any]:
             got = await system.claim_one()
             times.append((time.perf_counter() - before) * 1000)
             if got != 1:
-                raise RuntimeError(f"a claim returned {got} jobs with pending jobs present")
+                raise RuntimeError(f"a claim returned {got} jobs with claimable jobs present")
         p50.append(percentile(times, 0.50))
         p99.append(percentile(times, 0.99))
-    return {
-        "metrics": {"claim_p50_ms": p50, "claim_p99_ms": p99},
-        "info": {"fill_seconds": filled, "table_mb": table_mb, "done_rows": rows},
-    }
+    return p50, p99
 
 
 async def claim_blocked(system: System, p: dict[str, Any]) -> dict[str, Any]:
@@ -230,24 +239,7 @@ async def claim_blocked(system: System, p: dict[str, Any]) -> dict[str, Any]:
     their number. `blocked` = 0 is the baseline the issue compares with (within 2x)."""
     blocked, pending, claims, rounds = p["blocked"], p["pending"], p["claims"], p["rounds"]
     await system.fill_blocked(blocked)
-    p50: list[float] = []
-    p99: list[float] = []
-    for round_ in range(rounds):
-        base = round_ * pending
-        for chunk in chunks(range(base, base + pending), 1000):
-            await system.enqueue_batch(chunk)
-        await system.analyze()
-        for _ in range(10):
-            await system.claim_one()
-        times: list[float] = []
-        for _ in range(claims):
-            before = time.perf_counter()
-            got = await system.claim_one()
-            times.append((time.perf_counter() - before) * 1000)
-            if got != 1:
-                raise RuntimeError(f"a claim returned {got} jobs with claimable jobs present")
-        p50.append(percentile(times, 0.50))
-        p99.append(percentile(times, 0.99))
+    p50, p99 = await timed_claim_rounds(system, 0, pending, claims, rounds)
     return {
         "metrics": {"claim_p50_ms": p50, "claim_p99_ms": p99},
         "info": {"blocked_rows": blocked},

@@ -4,14 +4,14 @@ OpenTelemetry.
 An enqueue with a hook set (`events.enqueue_hook`, shared by an App's queues) runs
 inside `hook(queue, count)`, a context manager whose value says which headers to store
 in each job's `meta` column and is told the ids written. With no hook set, an enqueue
-pays one attribute read. pgbaton.tracing is the one hook pgbaton ships
+runs in a span that stores and tells nothing (enqueue_span). pgbaton.tracing is the one hook pgbaton ships
 (docs/dashboard.md, "OpenTelemetry").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 from ._encoding import to_json
@@ -39,3 +39,22 @@ def meta_json(span: EnqueueSpan) -> str | None:
     store (a tracer with no SDK behind it injects nothing), so such jobs cost nothing."""
     headers = span.headers
     return to_json(dict(headers), "job headers") if headers else None
+
+
+class _NoSpan:
+    """The span of an enqueue that no hook wraps: no headers, nothing told."""
+
+    headers: Mapping[str, str] = {}
+
+    def sent(self, job_ids: Sequence[int]) -> None:
+        pass
+
+
+_NO_SPAN = _NoSpan()
+
+
+def enqueue_span(
+    hook: EnqueueHook | None, queue: str | None, count: int
+) -> AbstractContextManager[EnqueueSpan]:
+    """The span every enqueue runs in: the hook's, or one that stores and tells nothing."""
+    return nullcontext(_NO_SPAN) if hook is None else hook(queue, count)

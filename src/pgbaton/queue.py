@@ -49,7 +49,7 @@ from ._sql import notify_channel
 from ._transient import is_connection_loss
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
-from .enqueue_hook import meta_json
+from .enqueue_hook import enqueue_span, meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
 from .flow import (
@@ -285,11 +285,7 @@ class Queue:
             limit_key=limit_key,
         )
         conn = self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            params["meta"] = None
-            return self._insert_one(params, conn)
-        with hook(queue, 1) as span:
+        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
             params["meta"] = meta_json(span)
             job_id = self._insert_one(params, conn)
             span.sent([job_id])
@@ -352,11 +348,7 @@ class Queue:
             limit_key=limit_key,
         )
         conn = self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            params["meta"] = None
-            return self._insert_idempotent(params, conn)
-        with hook(queue, 1) as span:
+        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
             params["meta"] = meta_json(span)
             enqueued = self._insert_idempotent(params, conn)
             span.sent([enqueued.id])
@@ -415,13 +407,9 @@ class Queue:
         if not params["count"]:
             return []
         conn = self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            ids = self._insert_many(params, None, conn)
-        else:
-            with hook(params["queue"], params["count"]) as span:
-                ids = self._insert_many(params, meta_json(span), conn)
-                span.sent(ids)
+        with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
+            ids = self._insert_many(params, meta_json(span), conn)
+            span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
@@ -474,10 +462,7 @@ class Queue:
         if not params["count"]:
             return []
         conn = self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            return self._write_graph(plan, params, batch_params, None, conn)
-        with hook(params["queue"], params["count"]) as span:
+        with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
             ids = self._write_graph(plan, params, batch_params, meta_json(span), conn)
             span.sent(ids)
             return ids

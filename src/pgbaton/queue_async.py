@@ -47,7 +47,7 @@ from ._sql import notify_channel
 from ._transient import is_connection_loss
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
-from .enqueue_hook import meta_json
+from .enqueue_hook import enqueue_span, meta_json
 from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
 from .events import Event, Events
 from .flow import (
@@ -283,11 +283,7 @@ class AsyncQueue:
             limit_key=limit_key,
         )
         conn = await self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            params["meta"] = None
-            return await self._insert_one(params, conn)
-        with hook(queue, 1) as span:
+        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
             params["meta"] = meta_json(span)
             job_id = await self._insert_one(params, conn)
             span.sent([job_id])
@@ -350,11 +346,7 @@ class AsyncQueue:
             limit_key=limit_key,
         )
         conn = await self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            params["meta"] = None
-            return await self._insert_idempotent(params, conn)
-        with hook(queue, 1) as span:
+        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
             params["meta"] = meta_json(span)
             enqueued = await self._insert_idempotent(params, conn)
             span.sent([enqueued.id])
@@ -413,13 +405,9 @@ class AsyncQueue:
         if not params["count"]:
             return []
         conn = await self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            ids = await self._insert_many(params, None, conn)
-        else:
-            with hook(params["queue"], params["count"]) as span:
-                ids = await self._insert_many(params, meta_json(span), conn)
-                span.sent(ids)
+        with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
+            ids = await self._insert_many(params, meta_json(span), conn)
+            span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
         return ids
@@ -472,10 +460,7 @@ class AsyncQueue:
         if not params["count"]:
             return []
         conn = await self._provided(conn)
-        hook = self.events.enqueue_hook
-        if hook is None:
-            return await self._write_graph(plan, params, batch_params, None, conn)
-        with hook(params["queue"], params["count"]) as span:
+        with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
             ids = await self._write_graph(plan, params, batch_params, meta_json(span), conn)
             span.sent(ids)
             return ids
