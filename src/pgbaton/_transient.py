@@ -33,3 +33,12 @@ def is_connection_loss(error: BaseException) -> bool:
     a deadlock or a cancelled query, which the caller should see as it is."""
     sqlstate = getattr(error, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith("08") or sqlstate in _SESSION_LOST
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """True while a worker starting up should wait for the server: it refused the
+    connection (ConnectionFailed), or the session went away during the first statements
+    (a server shutting down or restarting), rather than answering them with an error."""
+    if isinstance(error, ConnectionFailed):
+        return True
+    return isinstance(error, psycopg.OperationalError) and is_connection_loss(error)

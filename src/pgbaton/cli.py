@@ -34,6 +34,7 @@ from ._cli_common import (
     resolve_dsn,
     schema_option,
 )
+from ._transient import is_unreachable
 from .app import App
 from .doctor import doctor
 from .dsn import normalize_dsn, redact_dsn, resolve_schema, with_application_name
@@ -249,8 +250,9 @@ RECONNECT_MAX_SECONDS = 10.0
 
 def wait_for_database(dsn: str, schema: str, timeout: float) -> None:
     """Return once the server answers and the schema is current; while the server cannot
-    be reached, retry with jittered backoff for up to `timeout` seconds (a deploy that
-    starts workers beside a database still starting up). Other errors are not retried."""
+    be reached (or goes away during these first statements), retry with jittered backoff
+    for up to `timeout` seconds (a deploy that starts workers beside a database still
+    starting up). Other errors are not retried."""
     deadline = time.monotonic() + timeout
     pause = RECONNECT_FIRST_SECONDS
     while True:
@@ -258,7 +260,9 @@ def wait_for_database(dsn: str, schema: str, timeout: float) -> None:
             with Queue(dsn, schema=schema) as queue:
                 queue.open()
             return
-        except ConnectionFailed as error:
+        except Exception as error:
+            if not is_unreachable(error):
+                raise
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ConnectionFailed(

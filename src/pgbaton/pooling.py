@@ -27,9 +27,6 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from . import _database, _sql
-from ._transient import is_connection_loss
-from .dsn import redact_dsn
-from .errors import ConnectionFailed
 
 # Opens a connection with a server session of its own, in autocommit (for LISTEN, or
 # for the leader's lock, which lives as long as that session).
@@ -40,22 +37,7 @@ ROUNDS = 3  # a busy pool may give A's server connection to a fourth client: ask
 
 
 def transaction_pool_evidence(dsn: str) -> str | None:
-    """Why `dsn` is a transaction pool, in one sentence; None when nothing says so.
-    ConnectionFailed when the server cannot be reached, or goes away during the probe
-    (a worker starting while the server shuts down waits for it like any other
-    unreachable server)."""
-    try:
-        return _probe(dsn)
-    except psycopg.OperationalError as error:
-        if not is_connection_loss(error):
-            raise
-        raise ConnectionFailed(
-            f"lost the connection to {redact_dsn(dsn)} while finding out whether it goes "
-            f"through a pool: {str(error).splitlines()[0]}"
-        ) from error
-
-
-def _probe(dsn: str) -> str | None:
+    """Why `dsn` is a transaction pool, in one sentence; None when nothing says so."""
     query = _sql.queries("pgbaton")["server_backend"]
     with (
         _database.connect(dsn, autocommit=True) as first,

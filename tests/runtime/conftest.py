@@ -86,7 +86,7 @@ def start_worker(
 
     def start(
         *options: str, dsn_override: str | None = None, new_session: bool = False,
-        env_extra: dict[str, str] | None = None,
+        env_extra: dict[str, str] | None = None, wait_for: str = "started:",
     ) -> WorkerProcess:
         log_path = tmp_path / f"worker-{len(started)}.log"
         env = {
@@ -105,7 +105,7 @@ def start_worker(
             )
         worker = WorkerProcess(process, log_path)
         started.append(worker)
-        worker.wait_for_log("started:")
+        worker.wait_for_log(wait_for)
         return worker
 
     yield start

@@ -271,3 +271,40 @@ def test_a_worker_cut_off_from_the_database_fences_itself(
         assert overlapping_attempts(db) == []
     finally:
         proxy.close()
+
+
+def test_a_worker_whose_first_sessions_are_cut_mid_statement_waits_and_starts(
+    start_worker, dsn, db
+):
+    """While the worker probes the server and checks the schema, every session it opens
+    is terminated (as a server shutting down would): those statements fail with their
+    connection lost, not with a refused connection, and the worker retries them as it
+    retries an unreachable server, then starts once the server lets it be."""
+    import threading
+
+    stop = threading.Event()
+    cut: list[int] = []
+
+    def terminate_worker_sessions() -> None:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            while not stop.is_set():
+                rows = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name LIKE 'pgbaton worker%%' AND pid <> pg_backend_pid()"
+                ).fetchall()
+                cut.extend(1 for _ in rows)
+                time.sleep(0.002)
+
+    terminator = threading.Thread(target=terminate_worker_sessions)
+    terminator.start()
+    try:
+        worker = start_worker("--no-maintenance", "--connect-timeout", "60",
+                              wait_for="cannot reach the database yet")
+        time.sleep(1.0)  # keep cutting through a few retries
+    finally:
+        stop.set()
+        terminator.join()
+    worker.wait_for_log("started:")
+    assert cut, "no worker session was cut: the test proved nothing"
+    assert worker.process.poll() is None, worker.log()
+    assert worker.stop() == 0

@@ -17,6 +17,7 @@ import random
 from dataclasses import dataclass
 
 from .. import _database_async as database
+from .._transient import is_unreachable
 from ..dsn import normalize_dsn, redact_dsn, with_application_name
 from ..errors import ConfigurationError, ConnectionFailed
 from ..pooling import SessionConnect, transaction_pool_evidence
@@ -82,9 +83,10 @@ def plan_sessions(config: WorkerConfig, dsn: str) -> Sessions:
 
 
 async def open_when_reachable(config: WorkerConfig, queue: AsyncQueue) -> Sessions:
-    """Probe the DSNs and open the queue's pool; while the server cannot be reached, retry
-    with jittered backoff for up to `config.connect_timeout` seconds. Other errors (a
-    schema out of date, a refused configuration) are not retried."""
+    """Probe the DSNs and open the queue's pool; while the server cannot be reached (or
+    goes away during these first statements), retry with jittered backoff for up to
+    `config.connect_timeout` seconds. Other errors (a schema out of date, a refused
+    configuration) are not retried."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.connect_timeout
     pause = RECONNECT_FIRST_SECONDS
@@ -96,7 +98,9 @@ async def open_when_reachable(config: WorkerConfig, queue: AsyncQueue) -> Sessio
                 queue.prepare = False
             await queue.open()
             return sessions
-        except ConnectionFailed as error:
+        except Exception as error:
+            if not is_unreachable(error):
+                raise
             left = deadline - loop.time()
             if left <= 0:
                 raise
