@@ -39,10 +39,19 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 30) -> int:
-        """SIGTERM, then wait for a clean exit."""
+        """SIGTERM, then wait for a clean exit. A worker that does not stop in time is
+        made to print every thread's stack (faulthandler, on SIGABRT) for the failure."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGABRT)
+            self.process.wait(10)
+            raise AssertionError(
+                f"worker {self.pid} did not stop within {timeout}s of SIGTERM; its log and "
+                f"stacks:\n{self.log()[-20000:]}"
+            ) from None
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -94,6 +103,7 @@ def start_worker(
             "PGBATON_DSN": dsn_override or dsn,
             "PGBATON_TEST_SCHEMA": app_schema,
             "PYTHONPATH": str(ROOT),
+            "PYTHONFAULTHANDLER": "1",  # a stuck worker's stacks, on SIGABRT (stop())
             **(env_extra or {}),
         }
         with log_path.open("wb") as log:

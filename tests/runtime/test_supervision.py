@@ -15,6 +15,7 @@ import pytest
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
+from pgbaton.worker.processes import hand_settings
 from pgbaton.worker.supervisor import Supervisor
 from tests.runtime import app_under_test as tasks
 from tests.runtime.conftest import scalar, wait_until
@@ -227,6 +228,17 @@ def test_supervisor_gives_up_on_a_child_that_keeps_dying(start_worker, db, app_s
         time.sleep(0.2)
     assert supervisor.process.wait(30) == 1
     assert "stopping every worker process" in supervisor.log()
+
+
+def test_a_child_killed_before_it_reads_its_settings_is_a_crash_not_the_supervisors(caplog):
+    """The supervisor writes a child's settings just after starting it; a child killed
+    in between must count as a crash of that child, not end the supervisor with a
+    BrokenPipeError and no word of why."""
+    child = subprocess.Popen(["true"], stdin=subprocess.PIPE)
+    child.wait(10)
+    with caplog.at_level("WARNING", logger="pgbaton.worker"):
+        hand_settings(child, b"{}" * 100_000)  # past the pipe's buffer
+    assert f"worker process {child.pid} died before it read its settings" in caplog.text
 
 
 def test_a_worker_cut_off_from_the_database_fences_itself(

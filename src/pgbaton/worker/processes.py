@@ -41,6 +41,19 @@ class _Child:
     restart_at: float | None = None
 
 
+def hand_settings(child: subprocess.Popen[bytes], payload: bytes) -> None:
+    """Write a child's settings to its standard input, kept open afterwards: its closing
+    tells the child that the supervisor is gone."""
+    assert child.stdin is not None
+    try:
+        child.stdin.write(payload)
+        child.stdin.flush()
+    except BrokenPipeError:
+        # Killed before it read them: the supervisor's loop sees it dead, like any crash.
+        logger.warning("supervisor: worker process %d died before it read its settings",
+                       child.pid)
+
+
 class ProcessSupervisor:
     def __init__(self, app_spec: str, schema: str, config: WorkerConfig) -> None:
         self.app_spec = app_spec
@@ -63,9 +76,7 @@ class ProcessSupervisor:
             [sys.executable, "-m", "pgbaton.worker.child"],
             stdin=subprocess.PIPE, start_new_session=True,
         )
-        assert child.stdin is not None
-        child.stdin.write(payload.encode() + b"\n")
-        child.stdin.flush()  # kept open: its closing tells the child we are gone
+        hand_settings(child, payload.encode() + b"\n")
         return child
 
     def _on_signal(self, signum: int, _frame: object) -> None:
