@@ -73,6 +73,30 @@ FLOW_RECHECK_SECONDS = 1.0
 Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
 
 
+def _claim_params(
+    worker_id: str, limit: int, lease: float, queues: Iterable[str] | None,
+    tasks: Iterable[str] | None,
+) -> dict[str, Any]:
+    return {
+        "worker_id": check_name("worker_id", worker_id),
+        "limit": check_limit(limit),
+        "lease": check_lease(lease),
+        "queues": check_queues(queues),
+        "tasks": check_tasks(tasks),
+    }
+
+
+def _claim_batch(rows: list[Row]) -> ClaimBatch:
+    """A claim's rows: the claimed jobs, and (flow claims) a row with no job that says
+    when a full rate-limited queue's next start is due."""
+    claims = [Claim.from_row(row) for row in rows if row["id"] is not None]
+    slots = [row["next_slot_at"] for row in rows if row["id"] is None]
+    if not slots:
+        return ClaimBatch(claims)
+    due = (slots[0] - dt.datetime.now(dt.UTC)).total_seconds()
+    return ClaimBatch(claims, max(due, 0.0))
+
+
 def _changed(rows: list[Row], count: int) -> list[bool]:
     """For each input position of a *_many statement, whether its row was changed."""
     positions = {row["position"] for row in rows}
@@ -557,13 +581,7 @@ class Queue:
     ) -> ClaimBatch:
         """As claim(), and when a rate-limited queue is full, in how many seconds its
         next start is due."""
-        params = {
-            "worker_id": check_name("worker_id", worker_id),
-            "limit": check_limit(limit),
-            "lease": check_lease(lease),
-            "queues": check_queues(queues),
-            "tasks": check_tasks(tasks),
-        }
+        params = _claim_params(worker_id, limit, lease, queues, tasks)
         statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
         for _ in range(3):
             try:
@@ -572,13 +590,40 @@ class Queue:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
                 continue
-            claims = [Claim.from_row(row) for row in rows if row["id"] is not None]
-            slots = [row["next_slot_at"] for row in rows if row["id"] is None]
-            if not slots:
-                return ClaimBatch(claims)
-            due = (slots[0] - dt.datetime.now(dt.UTC)).total_seconds()
-            return ClaimBatch(claims, max(due, 0.0))
+            return _claim_batch(rows)
         return ClaimBatch([])
+
+    def complete_and_claim(
+        self,
+        outcomes: Sequence[tuple[Claim, Any]],
+        worker_id: str,
+        *,
+        limit: int,
+        lease: float = 30.0,
+        queues: Iterable[str] | None = None,
+        tasks: Iterable[str] | None = None,
+    ) -> tuple[list[bool], ClaimBatch]:
+        """complete_many() and notify_freed(), then a flow claim, in one transaction
+        sent in one round trip.
+
+        For limited queues: a job counts against its queue's limit until its completion
+        commits, so completing and then claiming apart costs a worker two commits and
+        two round trips per turn of its slots; together they cost one. The claim sees
+        the room the completions made (same transaction). Raises what either raises,
+        with nothing written (UniqueViolation included: the caller writes the
+        completions alone)."""
+        complete = self._complete_params(outcomes)
+        claim = _claim_params(worker_id, limit, lease, queues, tasks)
+        freed = sorted({c.queue for c, _ in outcomes} & self.limited_queues)
+        with self._connection() as conn:
+            with conn.pipeline(), conn.transaction():
+                completed = conn.execute(self._sql["job_complete_many"], complete)
+                if freed:  # as notify_freed(), delivered at the commit
+                    conn.execute(self._sql["queue_notify_freed"],
+                                       {"channel": self.channel, "queues": freed})
+                claimed = conn.execute(self._sql["job_claim_flow"], claim)
+            accepted = _changed(completed.fetchall(), len(outcomes))
+            return accepted, _claim_batch(claimed.fetchall())
 
     def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every
@@ -628,15 +673,18 @@ class Queue:
         outcomes = list(outcomes)
         if not outcomes:
             return []
-        claims = [claim for claim, _ in outcomes]
-        params = {
-            **held_params(claims),
+        params = self._complete_params(outcomes)
+        return _changed(self._fetch("job_complete_many", params), len(outcomes))
+
+    @staticmethod
+    def _complete_params(outcomes: Sequence[tuple[Claim, Any]]) -> dict[str, Any]:
+        return {
+            **held_params([claim for claim, _ in outcomes]),
             "results": [
                 None if result is None else to_json(result, f"result of job {claim.id}")
                 for claim, result in outcomes
             ],
         }
-        return _changed(self._fetch("job_complete_many", params), len(claims))
 
     def fail(
         self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import psycopg
+import psycopg.conninfo
 import pytest
 
 import pgbaton
@@ -92,6 +94,39 @@ def test_the_next_claim_obeys_each_setting(queue: pgbaton.Queue):
     queue.complete(claims[0])
     assert len(queue.claim("w", limit=10)) == 1
     assert _settings(queue, "q").held == 3
+
+
+def test_completing_and_claiming_at_once_fills_the_room_the_completions_make(
+    queue: pgbaton.Queue, db
+):
+    """complete_and_claim: the claim sees the room its own completions make, a lost
+    claim's completion is refused in it, and when the claim fails (here: the queue's
+    row is locked past lock_timeout) nothing is written, the completions neither."""
+    queue.enqueue_many([{"task": "t", "queue": "q"}] * 10)
+    queue.set_concurrency("q", 3)
+    held = queue.claim("w", limit=10)
+    assert len(held) == 3
+    db.execute("UPDATE jobs SET claim_token = gen_random_uuid() WHERE id = %s", (held[2].id,))
+    accepted, batch = queue.complete_and_claim(
+        [(held[0], {"n": 0}), (held[1], None), (held[2], None)], "w", limit=10
+    )
+    assert accepted == [True, True, False]
+    assert len(batch.claims) == 2  # two slots freed; the third job is still held
+    assert _settings(queue, "q").held == 3
+
+    impatient = pgbaton.Queue(
+        psycopg.conninfo.make_conninfo(queue.dsn, options="-c lock_timeout=100ms"),
+        schema=queue.schema,
+    )
+    with impatient, psycopg.connect(queue.dsn, autocommit=False) as locker:
+        locker.execute(f'SELECT 1 FROM "{queue.schema}".queues WHERE name = %s FOR UPDATE',
+                       ("q",))
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            impatient.complete_and_claim([(c, None) for c in batch.claims], "w", limit=10)
+        locker.rollback()
+    statuses = [r["status"] for r in db.execute(
+        "SELECT status FROM jobs WHERE id = ANY(%s)", ([c.id for c in batch.claims],))]
+    assert statuses == ["running", "running"]
 
 
 def test_a_rate_limited_claim_says_when_the_next_start_is_due(queue: pgbaton.Queue):

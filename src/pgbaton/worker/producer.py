@@ -1,6 +1,10 @@
 """Claims as many jobs as there are free slots, in one SKIP LOCKED statement; sleeps
 until a slot frees, a NOTIFY arrives (a new job, or a finished job of a limited queue),
-a rate-limited queue's next start is due, or the poll interval passes."""
+a rate-limited queue's next start is due, or the poll interval passes.
+
+When limited queues are served, the completer also claims, in the transaction that
+writes its completions (claim_after_completing); the two take turns on one lock, so the
+free slots are never counted twice."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..models import Claim
 from ..queue_async import AsyncQueue
@@ -45,6 +50,7 @@ class Producer:
         self._start = start
         self._stopping = stopping
         self.wakeup = asyncio.Event()
+        self._claiming = asyncio.Lock()
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -64,12 +70,23 @@ class Producer:
                 continue
             # Cleared before the claim: a NOTIFY that lands during it wakes the next wait.
             self.wakeup.clear()
-            sent = self.held.now()
+            if self.held.unwritten and self._serves_limited():
+                # Finished jobs still count against their queue's limit until their
+                # completions commit, which is when the completer claims for the room
+                # they make (claim_after_completing); a claim now would find none.
+                # The write wakes this loop, whatever it managed.
+                await self._until(self.wakeup, self.poll_interval)
+                continue
             try:
-                batch = await self.queue.claim_batch(
-                    self.worker_id, limit=free, lease=self.lease, queues=self.queues,
-                    tasks=self.tasks,
-                )
+                async with self._claiming:
+                    free = self.held.free_slots()  # the completer may have claimed
+                    if free <= 0:
+                        continue
+                    sent = self.held.now()
+                    batch = await self.queue.claim_batch(
+                        self.worker_id, limit=free, lease=self.lease, queues=self.queues,
+                        tasks=self.tasks,
+                    )
             except Exception as error:
                 if not is_transient(error):
                     raise
@@ -87,6 +104,35 @@ class Producer:
                     # A rate-limited queue is full: sleep until its next start is due.
                     poll = min(poll, batch.next_slot_in)
                 await self._until(self.wakeup, poll)
+
+    def _serves_limited(self) -> bool:
+        limited = self.queue.limited_queues
+        return bool(limited) and (self.queues is None or not limited.isdisjoint(self.queues))
+
+    async def claim_after_completing(
+        self, outcomes: Sequence[tuple[Claim, Any]]
+    ) -> list[bool] | None:
+        """Complete these jobs and claim for the free slots in one transaction, when
+        that saves a turn: this worker serves a limited queue, whose room these
+        completions make. None when it does not run (no limited queue, no free slot, the
+        producer claiming now, the worker stopping); the caller then writes alone.
+        Raises what the write raises, with nothing written."""
+        if (self._stopping.is_set() or self._claiming.locked()
+                or not self.held.heartbeat_ok.is_set()
+                or self.queue.limited_queues.isdisjoint(c.queue for c, _ in outcomes)):
+            return None
+        async with self._claiming:
+            free = self.held.free_slots()
+            if free <= 0:
+                return None
+            sent = self.held.now()
+            accepted, batch = await self.queue.complete_and_claim(
+                outcomes, self.worker_id, limit=free, lease=self.lease,
+                queues=self.queues, tasks=self.tasks,
+            )
+        if batch.claims:
+            self._start(batch.claims, sent)
+        return accepted
 
     async def _until(self, event: asyncio.Event, timeout: float | None = None) -> None:
         """Wait for event or timeout. Stopping sets every event the producer waits on
