@@ -19,6 +19,12 @@ HIGHER, LOWER = "higher", "lower"
 DASH, TIMES = "\u2013", "\u00d7"  # escaped: ruff flags the literal characters
 
 
+def load_concurrency(plan: dict[str, Any]) -> int:
+    """The drain whose memory peak is "RSS under load" and whose profile is recorded:
+    concurrency 32, the issue's, when the run has it; else the highest."""
+    return 32 if 32 in plan["concurrency"] else max(plan["concurrency"])
+
+
 def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of the summary table: (case, metric) pairs in reading order."""
     rows = [
@@ -32,9 +38,13 @@ def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
     rows += [
         ("latency", "p50_ms", "Enqueue-to-start latency at an idle worker, p50", "ms", LOWER),
         ("latency", "p99_ms", "Enqueue-to-start latency at an idle worker, p99", "ms", LOWER),
+        ("latency", "ack_p50_ms",
+         "Latency from the acknowledged enqueue (call returned) to start, p50", "ms", LOWER),
+        ("latency", "ack_p99_ms",
+         "Latency from the acknowledged enqueue (call returned) to start, p99", "ms", LOWER),
         ("latency", "rss_idle_mb", "Worker RSS, idle", "MB", LOWER),
-        (f"drain_c{max(plan['concurrency'])}", "rss_peak_mb",
-         f"Worker RSS under load (peak, drain at concurrency {max(plan['concurrency'])})",
+        (f"drain_c{load_concurrency(plan)}", "rss_peak_mb",
+         f"Worker RSS under load (peak, drain at concurrency {load_concurrency(plan)})",
          "MB", LOWER),
     ]
     for n in plan["claim_rows"]:
@@ -58,9 +68,15 @@ def _best(cells: dict[str, dict[str, Any]], names: list[str], better: str) -> st
     return pick(measured, key=lambda n: cells[n]["median"])
 
 
+def is_python(name: str, info: dict[str, Any]) -> bool:
+    # Runs recorded before systems said so: Graphile Worker is the one that is not Python.
+    return bool(info.get("python", not name.startswith("graphile")))
+
+
 def summarize_results(results: dict[str, Any]) -> list[dict[str, Any]]:
     systems = results["systems"]
     peers = [n for n, s in systems.items() if s.get("role") == "peer"]
+    python_peers = [n for n in peers if is_python(n, systems[n])]
     ceilings = [n for n, s in systems.items() if s.get("role") == "ceiling"]
     summary = []
     for row in summary_rows(results["meta"]["plan"]):
@@ -88,15 +104,19 @@ def summarize_results(results: dict[str, Any]) -> list[dict[str, Any]]:
         if not cells:
             continue  # the case was not run
         best_peer = _best(cells, peers, row["better"])
+        best_python_peer = _best(cells, python_peers, row["better"])
         ceiling = _best(cells, ceilings, row["better"])
         subject = cells.get("pgbaton", {}).get("median")
         summary.append({
             **row,
             "cells": cells,
             "best_peer": best_peer,
+            "best_python_peer": best_python_peer,
             "ceiling": ceiling,
             "pgbaton_vs_best_peer": (subject / cells[best_peer]["median"]
                                      if subject and best_peer else None),
+            "pgbaton_vs_best_python_peer": (subject / cells[best_python_peer]["median"]
+                                            if subject and best_python_peer else None),
             "pgbaton_vs_ceiling": (subject / cells[ceiling]["median"]
                                    if subject and ceiling else None),
         })
@@ -161,15 +181,17 @@ def render(results: dict[str, Any]) -> str:
                   "its numbers are not a measurement.", ""]
     notes: list[str] = []
     header = ["Measurement", "better", *[labels[n] for n in names],
-              "pgbaton ÷ best peer", "pgbaton ÷ ceiling"]
+              "pgbaton ÷ best peer", "pgbaton ÷ best Python peer", "pgbaton ÷ ceiling"]
     lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---"] * 2 + ["--:"] * len(names) + ["--:"] * 2) + "|")
+    lines.append("|" + "|".join(["---"] * 2 + ["--:"] * len(names) + ["--:"] * 3) + "|")
     for row in summary:
         cells = [cell_text(row["cells"].get(n), notes, f"{labels[n]}, {row['title']}")
                  for n in names]
         lines.append("| " + " | ".join([
             f"{row['title']} ({row['unit']})", row["better"], *cells,
             ratio_text(row["pgbaton_vs_best_peer"], row["best_peer"], labels),
+            ratio_text(row.get("pgbaton_vs_best_python_peer"), row.get("best_python_peer"),
+                       labels),
             ratio_text(row["pgbaton_vs_ceiling"], row["ceiling"], labels),
         ]) + " |")
     lines += [
@@ -178,7 +200,8 @@ def render(results: dict[str, Any]) -> str:
         "the median (repeats: "
         f"{plan['repeats']}; for claim time, rounds on one filled table). A ratio is "
         "pgbaton's median divided by the other's: above 1 is better for throughput, below "
-        "1 is better for latency, memory and claim time. The best peer and the ceiling are "
+        "1 is better for latency, memory and claim time. The best peer, the best Python "
+        "peer (every peer but Graphile Worker, which is Node.js) and the ceiling are "
         "chosen per row; the ceiling is the best of the raw-SQL loops. "
         f"† the run hit the {plan['time_cap']:.0f} s time cap before all "
         f"{plan['jobs']:,} jobs were done; its rate is over the jobs done (drain: started) "
@@ -186,6 +209,7 @@ def render(results: dict[str, Any]) -> str:
         f"{DASH} not measured for that system.",
         "",
     ]
+    lines += render_targets(evaluate_targets(results, summary), labels)
     if notes:
         lines.append("Failures:")
         lines.append("")
@@ -231,6 +255,122 @@ def render(results: dict[str, Any]) -> str:
                              f"{entry['total_pct']:.1f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+# -- issue 16's targets ----------------------------------------------------------------
+
+# The raw-SQL loops that claim in batches: "the batched raw ceiling".
+BATCHED_CEILINGS = ("raw100", "raw100n")
+TARGET_DRAIN = "drain_c32"
+
+
+def _cells(summary: list[dict[str, Any]], case_id: str, metric: str) -> dict[str, Any]:
+    for row in summary:
+        if row["case_id"] == case_id and row["metric"] == metric:
+            return dict(row["cells"])
+    return {}
+
+
+def _median(cells: dict[str, Any], name: str | None) -> float | None:
+    if name is None:
+        return None
+    value = cells.get(name, {}).get("median")
+    return None if value is None else float(value)
+
+
+def evaluate_targets(results: dict[str, Any],
+                     summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 16's targets, each judged from this run's own medians, for pgbaton at its
+    defaults and for pgbaton's best configuration in the row (the subject or one of its
+    "option" systems: claiming ahead, several processes). A target whose reference was
+    not measured in this run is "not measured", never met."""
+    systems = results["systems"]
+    peers = [n for n, s in systems.items() if s.get("role") == "peer"]
+    python_peers = [n for n in peers if is_python(n, systems[n])]
+    graphiles = [n for n in peers if not is_python(n, systems[n])]
+    pgbatons = [n for n, s in systems.items() if s.get("role") in ("subject", "option")]
+    specs: list[tuple[str, str, str, str, list[str], str, float]] = [
+        # (target, case_id, metric, better, references, comparison, threshold)
+        ("Drain c32 \u2265 0.8\u00d7 Graphile Worker at its best settings",
+         TARGET_DRAIN, "jobs_per_s", HIGHER, graphiles, ">=", 0.8),
+        ("Drain c32 \u2265 0.8\u00d7 the batched raw ceiling",
+         TARGET_DRAIN, "jobs_per_s", HIGHER, list(BATCHED_CEILINGS), ">=", 0.8),
+        ("Drain c32 \u2265 4\u00d7 the best Python peer",
+         TARGET_DRAIN, "jobs_per_s", HIGHER, python_peers, ">=", 4.0),
+        ("Enqueue, one per call \u2265 0.9\u00d7 the raw single-insert loop",
+         "enqueue_single", "jobs_per_s", HIGHER, ["raw1"], ">=", 0.9),
+        ("Enqueue, one per call, ahead of every peer",
+         "enqueue_single", "jobs_per_s", HIGHER, peers, ">", 1.0),
+        ("Enqueue in bulk \u2265 1.5\u00d7 the best peer",
+         "enqueue_bulk", "jobs_per_s", HIGHER, peers, ">=", 1.5),
+        ("Latency from the acknowledged enqueue, p50 \u2264 1.0 ms",
+         "latency", "ack_p50_ms", LOWER, [], "<=", 1.0),
+        ("Latency from the acknowledged enqueue, p99 < 5 ms",
+         "latency", "ack_p99_ms", LOWER, [], "<", 5.0),
+    ]
+    out = []
+    for title, case_id, metric, better, references, comparison, threshold in specs:
+        cells = _cells(summary, case_id, metric)
+        reference = _best(cells, references, better) if references else None
+        verdicts = [
+            _judge(name, cells=cells, ratio=bool(references), reference=reference,
+                   comparison=comparison, threshold=threshold)
+            for name in ("pgbaton" if "pgbaton" in cells else None,
+                         _best(cells, pgbatons, better))
+        ]
+        out.append({
+            "target": title, "case_id": case_id, "metric": metric,
+            "reference": reference, "ratio": bool(references), "threshold": threshold,
+            "defaults": verdicts[0], "best": verdicts[1],
+        })
+    return out
+
+
+def _judge(name: str | None, *, cells: dict[str, Any], ratio: bool, reference: str | None,
+           comparison: str, threshold: float) -> dict[str, Any] | None:
+    """One system against one target: its median, or its ratio to the reference's."""
+    value = _median(cells, name)
+    if value is None:
+        return None
+    if ratio:
+        base = _median(cells, reference)
+        if not base:
+            return {"system": name, "value": None, "met": None}
+        value /= base
+    met = {">=": value >= threshold, ">": value > threshold,
+           "<=": value <= threshold, "<": value < threshold}[comparison]
+    return {"system": name, "value": value, "met": met}
+
+
+def render_targets(targets: list[dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    lines = [
+        "## Issue 16's targets in this run",
+        "",
+        "Each verdict comes from this run's medians: the ratio to the reference named (its "
+        "best system in that row), or the latency itself. \"Best configuration\" is "
+        "pgbaton's best in that row among its defaults and its worker options measured "
+        "(claiming ahead, several processes).",
+        "",
+        "| target | reference | pgbaton, defaults | | pgbaton, best configuration | |",
+        "|---|---|--:|---|--:|---|",
+    ]
+    for t in targets:
+        reference = labels.get(t["reference"], t["reference"]) if t["ratio"] else "\u2013"
+        cols = []
+        for verdict in (t["defaults"], t["best"]):
+            if verdict is None or verdict["value"] is None:
+                cols += [DASH, "not measured"]
+                continue
+            value = (f"{verdict['value']:.2f}{TIMES}" if t["ratio"]
+                     else f"{verdict['value']:.2f} ms")
+            if verdict is t["best"]:
+                value += f" ({labels.get(verdict['system'], verdict['system'])})"
+            cols += [value, "**met**" if verdict["met"] else "missed"]
+        if t["reference"] is None and t["ratio"]:
+            reference = "not measured"
+        lines.append("| " + " | ".join([t["target"], reference, *cols]) + " |")
+    lines.append("")
+    return lines
 
 
 METHOD = """\
