@@ -35,6 +35,9 @@ def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for c in plan["concurrency"]:
         rows.append((f"drain_c{c}", "jobs_per_s",
                      f"Drain {plan['jobs']:,} no-op jobs, concurrency {c}", "jobs/s", HIGHER))
+    for c in plan["concurrency"]:
+        rows.append((f"drain_c{c}", "cpu_us_per_job",
+                     f"Worker CPU per job, drain at concurrency {c}", "\u00b5s", LOWER))
     rows += [
         ("latency", "p50_ms", "Enqueue-to-start latency at an idle worker, p50", "ms", LOWER),
         ("latency", "p99_ms", "Enqueue-to-start latency at an idle worker, p99", "ms", LOWER),
@@ -398,6 +401,11 @@ harness in SQL on its own connection (awa: by its exact queue counters).
   includes the enqueue's round trip and commit, the wake-up (LISTEN/NOTIFY or polling),
   the claim and the dispatch. Latency from the acknowledged enqueue = handler start minus
   the moment the enqueue call returned. p50 and p99 are nearest-rank over the run's jobs.
+- **Worker CPU per job**: user and system CPU time of the worker's process (a worker of
+  several processes: all of them) from its first handler start to the end of the drain,
+  divided by the jobs; an in-process worker's figure includes the harness's probe and
+  its RSS sampler. A busy machine moves it less than the rates; the server's CPU is not
+  in it.
 - **Memory**: resident set size of the worker's process (a worker of several processes:
   all of them added up, its supervisor included): idle = after the latency warm-up and
   one quiet second; under load = the peak, sampled every 50 ms, during the drain at

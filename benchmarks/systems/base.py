@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -91,6 +92,12 @@ class System:
 
     async def stop_worker(self) -> None:
         raise NotImplementedError
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU time (user and system) the worker has used so far: this process's for a
+        worker started in-process (the harness's own share of it is small while the
+        worker drains)."""
+        return time.process_time()
 
     def worker_rss(self) -> int:
         """The worker's resident memory in bytes: this process's for a worker started

@@ -49,6 +49,19 @@ class ChildWorker:
         starts)."""
         return 0 if self.process is None else tree_rss_bytes(self.process.pid)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) of the worker's processes so far (0 before it
+        starts)."""
+        if self.process is None:
+            return 0.0
+        root = psutil.Process(self.process.pid)
+        total = 0.0
+        for process in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
+
     async def close(self) -> None:
         """Make sure that nothing the worker started outlives the run."""
         process = self.process

@@ -102,6 +102,9 @@ class GraphileSystem(System):
     def worker_rss(self) -> int:
         return self.child.rss()
 
+    def worker_cpu_seconds(self) -> float:
+        return self.child.cpu_seconds()
+
     async def stop_worker(self) -> None:
         assert self.worker_task is not None
         self.child.stop()
