@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-from .common import PROBE, RssSampler, percentile, rss_bytes
+from .common import PROBE, RssSampler, percentile
 from .systems import load
 from .systems.base import System
 
@@ -44,6 +44,14 @@ async def wait_until_finished(system: System, timeout: float, interval: float) -
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{left} jobs still unfinished after {timeout:.0f} s")
         await asyncio.sleep(interval)
+
+
+async def cpu_at_first_start(system: System) -> float:
+    """The worker's CPU time when its first handler starts (within a millisecond), so
+    that the start-up of its processes is not counted."""
+    while PROBE.first is None:
+        await asyncio.sleep(0.001)
+    return system.worker_cpu_seconds()
 
 
 async def stop(system: System) -> None:
@@ -91,7 +99,12 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """Pre-enqueue the jobs (untimed), start the worker, and time from the first handler
     start to the moment the database shows every job finished. A system that has not
     started every job when the time cap runs out is measured over the jobs started by
-    then (the report marks it)."""
+    then (the report marks it).
+
+    A worker of several processes is timed from the first job of its last process to
+    start, over the jobs started from then on: its processes start tens to hundreds of
+    milliseconds apart, and the jobs one process ran alone before the other was up
+    would measure the start-up, not the drain with every process."""
     jobs, batch, concurrency = p["jobs"], p["batch"], p["concurrency"]
     cap, timeout = p["time_cap"], p["timeout"]
     for chunk in chunks(range(jobs), batch):
@@ -102,9 +115,10 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError(f"pre-enqueued {jobs} jobs but {stored} are pending")
     PROBE.reset()
     capped = False
-    with RssSampler(system.worker_pid) as rss:
+    with RssSampler(system.worker_rss) as rss:
         launched = time.perf_counter()
         await system.start_worker(concurrency)
+        cpu_at_first = asyncio.create_task(cpu_at_first_start(system))
         try:
             await PROBE.wait_started(jobs, cap, alive=system.check_worker)
         except TimeoutError:
@@ -120,21 +134,38 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
             await wait_until_finished(system, timeout, 0.005)
             finished = time.perf_counter()
             done = jobs
+        if PROBE.first is None:  # no job started: the case fails below
+            cpu_at_first.cancel()
+            cpu = 0.0
+        else:
+            cpu = system.worker_cpu_seconds() - await cpu_at_first
     await stop(system)
     if PROBE.first is None:
         raise RuntimeError(f"no job started within {cap:.0f} s")
+    first = PROBE.first
+    timed_from = max(PROBE.first_by_process.values(), default=first)
+    before = sum(1 for at in PROBE.started.values() if at < timed_from)
     return {
         "metrics": {
-            "jobs_per_s": done / (finished - PROBE.first),
+            "jobs_per_s": (done - before) / (finished - timed_from),
             "rss_peak_mb": rss.peak / MB,
+            # From the first handler start to the end of the drain, all the worker's
+            # processes: a figure that a busy machine moves less than the rate.
+            "cpu_us_per_job": cpu / done * 1e6,
         },
         "info": {
-            "seconds": finished - PROBE.first,
+            "seconds": finished - timed_from,
             "jobs": done,
             "capped": capped,
-            "startup_seconds": PROBE.first - launched,
+            "startup_seconds": first - launched,
             "executions": PROBE.hits,
             "ran_twice": PROBE.duplicates,
+            # Several processes: when each started its first job, after the first one,
+            # and the jobs started before the last of them, which the rate leaves out.
+            "first_start_by_process_ms": sorted(
+                round((at - first) * 1000, 1) for at in PROBE.first_by_process.values()
+            ),
+            "jobs_before_every_process_started": before,
         },
     }
 
@@ -144,9 +175,12 @@ async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
     previous one is finished in the database and a random pause has passed.
 
     Latency = perf_counter() at the first line of the handler minus perf_counter() just
-    before the enqueue call; producer and worker share this process, so one monotonic
-    clock serves both and no clock skew enters. It includes the enqueue's own round trip
-    and commit, the wake-up (NOTIFY or poll), the claim and the dispatch to the handler.
+    before the enqueue call; it includes the enqueue's own round trip and commit, the
+    wake-up (NOTIFY or poll), the claim and the dispatch to the handler. Latency from
+    the acknowledged enqueue is the same start minus perf_counter() just after the
+    enqueue call returned: what a producer that waits for its enqueue sees. One
+    monotonic clock serves producer and worker (CLOCK_MONOTONIC, system-wide, for a
+    worker in processes of its own), so no clock skew enters.
     """
     jobs, concurrency = p["jobs"], p["concurrency"]
     gap_min, gap_max, warmup = p["gap_min"], p["gap_max"], p["warmup"]
@@ -159,23 +193,30 @@ async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
         await PROBE.wait_started(n + 1, 30, alive=system.check_worker)
         await wait_until_finished(system, 30, 0.005)
     await asyncio.sleep(1.0)
-    rss_idle = rss_bytes(system.worker_pid())
+    rss_idle = system.worker_rss()
     latencies: list[float] = []
+    from_ack: list[float] = []
     enqueue_calls: list[float] = []
     for seq in range(jobs):
         await asyncio.sleep(rng.uniform(gap_min, gap_max))
         before = time.perf_counter()
         await system.enqueue_one(seq)
-        enqueue_calls.append(time.perf_counter() - before)
+        acknowledged = time.perf_counter()
+        enqueue_calls.append(acknowledged - before)
         await PROBE.wait_started(warmup + seq + 1, 30, alive=system.check_worker)
         latencies.append(PROBE.started[seq] - before)
+        # Below zero when the handler started before the call returned to the producer.
+        from_ack.append(PROBE.started[seq] - acknowledged)
         await wait_until_finished(system, 30, 0.005)
     await stop(system)
     ms = [x * 1000 for x in latencies]
+    ack_ms = [x * 1000 for x in from_ack]
     return {
         "metrics": {
             "p50_ms": percentile(ms, 0.50),
             "p99_ms": percentile(ms, 0.99),
+            "ack_p50_ms": percentile(ack_ms, 0.50),
+            "ack_p99_ms": percentile(ack_ms, 0.99),
             "rss_idle_mb": rss_idle / MB,
         },
         "info": {
@@ -183,6 +224,7 @@ async def latency(system: System, p: dict[str, Any]) -> dict[str, Any]:
             "max_ms": max(ms),
             "enqueue_call_p50_ms": percentile([x * 1000 for x in enqueue_calls], 0.50),
             "samples_ms": [round(x, 3) for x in ms],
+            "ack_samples_ms": [round(x, 3) for x in ack_ms],
         },
     }
 
@@ -282,6 +324,8 @@ def check(system_name: str) -> dict[str, Any]:
         "name": system.name,
         "label": system.label,
         "role": system.role,
+        "python": system.python,
+        "max_concurrency": system.max_concurrency,
         "version": version,
         "cases": sorted(system.cases),
         "concurrency_meaning": system.concurrency_meaning,

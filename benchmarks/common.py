@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import select
 import statistics
 import tempfile
 import threading
@@ -23,6 +24,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 DATABASE_PREFIX = "pgbaton_bench_"
+# Set in the environment of a worker that runs in other processes (pgbaton --processes):
+# its handlers then report their starts on standard output instead of to this process.
+REPORT_STARTS_ENV = "PGBATON_BENCH_REPORT_STARTS"
 
 
 # -- the server and one fresh database per case ------------------------------------------
@@ -154,14 +158,24 @@ class Probe:
 
     Handlers may run on the event loop or (for a system that dispatches elsewhere) on
     another thread, so waking the waiter goes through call_soon_threadsafe when needed.
+
+    In a worker process that the harness started (REPORT_STARTS_ENV set), hit() writes
+    "seq monotonic-nanoseconds" lines to standard output instead, once per turn of the
+    event loop, for read_starts() in the harness. time.perf_counter() is CLOCK_MONOTONIC
+    on Linux, one clock for every process of the machine, so those starts are on the
+    harness's clock.
     """
 
     def __init__(self) -> None:
+        self.reporting = os.environ.get(REPORT_STARTS_ENV) == "stdout"
+        self._lines: list[str] = []
         self.started: dict[int, float] = {}
         self.hits = 0
         self.duplicates = 0
         self.first: float | None = None
         self.last: float | None = None
+        # For a worker of several processes: when each one (by pid) started its first job.
+        self.first_by_process: dict[int, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._target: int | None = None
         self._reached: asyncio.Event | None = None
@@ -170,21 +184,47 @@ class Probe:
         self.started.clear()
         self.hits = self.duplicates = 0
         self.first = self.last = None
+        self.first_by_process.clear()
 
-    def hit(self, seq: int, at: float | None = None) -> None:
+    def hit(self, seq: int, at: float | None = None, process: int | None = None) -> None:
         """A handler started job `seq`, now or `at` (a perf_counter() reading: a worker
-        in another process reports its starts on the same monotonic clock)."""
+        in another process reports its starts on the same monotonic clock), in this
+        process or in the worker process `process` (a pid)."""
+        if self.reporting:
+            self._report(seq)
+            return
         now = time.perf_counter() if at is None else at
         if seq in self.started:
             self.duplicates += 1
         else:
             self.started[seq] = now
         self.hits += 1
+        if process is not None:
+            self.first_by_process.setdefault(process, now)
         if self.first is None:
             self.first = now
         self.last = now
         if self._target is not None and len(self.started) >= self._target:
             self._signal()
+
+    def _report(self, seq: int) -> None:
+        self._lines.append(f"{seq} {time.perf_counter_ns()} {os.getpid()}\n")
+        if len(self._lines) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the lines waiting, in writes of at most PIPE_BUF bytes that end on a line:
+        such a write to a pipe is atomic, so the lines of two worker processes sharing
+        the harness's pipe never mix."""
+        lines, self._lines = self._lines, []
+        chunk = ""
+        for line in lines:
+            if len(chunk) + len(line) > select.PIPE_BUF:
+                _write_all(chunk.encode())
+                chunk = ""
+            chunk += line
+        if chunk:
+            _write_all(chunk.encode())
 
     def _signal(self) -> None:
         event, loop = self._reached, self._loop
@@ -226,6 +266,21 @@ class Probe:
 PROBE = Probe()
 
 
+def _write_all(data: bytes) -> None:
+    while data:
+        data = data[os.write(1, data):]
+
+
+async def read_starts(stream: asyncio.StreamReader) -> None:
+    """Feed PROBE the "seq monotonic-nanoseconds [pid]" lines of a worker in other
+    processes (Graphile Worker's task; a Probe in reporting mode adds its pid) until the
+    stream ends."""
+    async for line in stream:
+        seq, nanoseconds, *pid = line.split()
+        PROBE.hit(int(seq), at=int(nanoseconds) / 1e9,
+                  process=int(pid[0]) if pid else None)
+
+
 # -- memory -------------------------------------------------------------------------------
 
 
@@ -233,15 +288,24 @@ def rss_bytes(pid: int | None = None) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
-class RssSampler:
-    """The peak resident set size of the worker's process, sampled on a thread while it
-    runs: this process, or the one worker_pid() names (a worker that is not Python)."""
+def tree_rss_bytes(pid: int) -> int:
+    """The resident set sizes of a process and of all its descendants, added up (the
+    shared libraries each one maps count once per process, as `ps` shows them)."""
+    root = psutil.Process(pid)
+    total = 0
+    for process in [root, *root.children(recursive=True)]:
+        with suppress(psutil.Error):  # a child that ended between the listing and now
+            total += process.memory_info().rss
+    return total
 
-    def __init__(
-        self, worker_pid: Callable[[], int | None] = lambda: None, interval: float = 0.05
-    ) -> None:
+
+class RssSampler:
+    """The peak resident set size of the worker, sampled on a thread while it runs:
+    measure() is this process's RSS, or that of the worker's own processes."""
+
+    def __init__(self, measure: Callable[[], int] = rss_bytes, interval: float = 0.05) -> None:
         self.interval = interval
-        self.worker_pid = worker_pid
+        self.measure = measure
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -263,7 +327,7 @@ class RssSampler:
     def _sample(self) -> None:
         # A worker process that has ended (or not started yet) has nothing to sample.
         with suppress(psutil.Error):
-            self.peak = max(self.peak, rss_bytes(self.worker_pid()))
+            self.peak = max(self.peak, self.measure())
 
 
 # -- statistics ----------------------------------------------------------------------------

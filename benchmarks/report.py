@@ -19,6 +19,12 @@ HIGHER, LOWER = "higher", "lower"
 DASH, TIMES = "\u2013", "\u00d7"  # escaped: ruff flags the literal characters
 
 
+def load_concurrency(plan: dict[str, Any]) -> int:
+    """The drain whose memory peak is "RSS under load" and whose profile is recorded:
+    concurrency 32, the issue's, when the run has it; else the highest."""
+    return 32 if 32 in plan["concurrency"] else max(plan["concurrency"])
+
+
 def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of the summary table: (case, metric) pairs in reading order."""
     rows = [
@@ -29,12 +35,19 @@ def summary_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for c in plan["concurrency"]:
         rows.append((f"drain_c{c}", "jobs_per_s",
                      f"Drain {plan['jobs']:,} no-op jobs, concurrency {c}", "jobs/s", HIGHER))
+    for c in plan["concurrency"]:
+        rows.append((f"drain_c{c}", "cpu_us_per_job",
+                     f"Worker CPU per job, drain at concurrency {c}", "\u00b5s", LOWER))
     rows += [
         ("latency", "p50_ms", "Enqueue-to-start latency at an idle worker, p50", "ms", LOWER),
         ("latency", "p99_ms", "Enqueue-to-start latency at an idle worker, p99", "ms", LOWER),
+        ("latency", "ack_p50_ms",
+         "Latency from the acknowledged enqueue (call returned) to start, p50", "ms", LOWER),
+        ("latency", "ack_p99_ms",
+         "Latency from the acknowledged enqueue (call returned) to start, p99", "ms", LOWER),
         ("latency", "rss_idle_mb", "Worker RSS, idle", "MB", LOWER),
-        (f"drain_c{max(plan['concurrency'])}", "rss_peak_mb",
-         f"Worker RSS under load (peak, drain at concurrency {max(plan['concurrency'])})",
+        (f"drain_c{load_concurrency(plan)}", "rss_peak_mb",
+         f"Worker RSS under load (peak, drain at concurrency {load_concurrency(plan)})",
          "MB", LOWER),
     ]
     for n in plan["claim_rows"]:
@@ -58,9 +71,15 @@ def _best(cells: dict[str, dict[str, Any]], names: list[str], better: str) -> st
     return pick(measured, key=lambda n: cells[n]["median"])
 
 
+def is_python(name: str, info: dict[str, Any]) -> bool:
+    # Runs recorded before systems said so: Graphile Worker is the one that is not Python.
+    return bool(info.get("python", not name.startswith("graphile")))
+
+
 def summarize_results(results: dict[str, Any]) -> list[dict[str, Any]]:
     systems = results["systems"]
     peers = [n for n, s in systems.items() if s.get("role") == "peer"]
+    python_peers = [n for n in peers if is_python(n, systems[n])]
     ceilings = [n for n, s in systems.items() if s.get("role") == "ceiling"]
     summary = []
     for row in summary_rows(results["meta"]["plan"]):
@@ -74,8 +93,8 @@ def summarize_results(results: dict[str, Any]) -> list[dict[str, Any]]:
             errors = [r["error"] for r in runs if "error" in r]
             capped = False
             for r in runs:
-                if "error" in r:
-                    continue
+                if "error" in r or row["metric"] not in r["metrics"]:
+                    continue  # failed, or recorded before the harness measured it
                 value = r["metrics"][row["metric"]]
                 values += value if isinstance(value, list) else [value]
                 # The cap shortens the timed work; a memory peak is still a peak.
@@ -83,20 +102,24 @@ def summarize_results(results: dict[str, Any]) -> list[dict[str, Any]]:
                     capped = capped or bool(r.get("info", {}).get("capped"))
             if values:
                 cells[name] = {**summarize(values), "capped": capped, "failed_runs": len(errors)}
-            else:
-                cells[name] = {"error": errors[0] if errors else "no result"}
+            elif errors:
+                cells[name] = {"error": errors[0]}
         if not cells:
             continue  # the case was not run
         best_peer = _best(cells, peers, row["better"])
+        best_python_peer = _best(cells, python_peers, row["better"])
         ceiling = _best(cells, ceilings, row["better"])
         subject = cells.get("pgbaton", {}).get("median")
         summary.append({
             **row,
             "cells": cells,
             "best_peer": best_peer,
+            "best_python_peer": best_python_peer,
             "ceiling": ceiling,
             "pgbaton_vs_best_peer": (subject / cells[best_peer]["median"]
                                      if subject and best_peer else None),
+            "pgbaton_vs_best_python_peer": (subject / cells[best_python_peer]["median"]
+                                            if subject and best_python_peer else None),
             "pgbaton_vs_ceiling": (subject / cells[ceiling]["median"]
                                    if subject and ceiling else None),
         })
@@ -161,15 +184,17 @@ def render(results: dict[str, Any]) -> str:
                   "its numbers are not a measurement.", ""]
     notes: list[str] = []
     header = ["Measurement", "better", *[labels[n] for n in names],
-              "pgbaton ÷ best peer", "pgbaton ÷ ceiling"]
+              "pgbaton ÷ best peer", "pgbaton ÷ best Python peer", "pgbaton ÷ ceiling"]
     lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---"] * 2 + ["--:"] * len(names) + ["--:"] * 2) + "|")
+    lines.append("|" + "|".join(["---"] * 2 + ["--:"] * len(names) + ["--:"] * 3) + "|")
     for row in summary:
         cells = [cell_text(row["cells"].get(n), notes, f"{labels[n]}, {row['title']}")
                  for n in names]
         lines.append("| " + " | ".join([
             f"{row['title']} ({row['unit']})", row["better"], *cells,
             ratio_text(row["pgbaton_vs_best_peer"], row["best_peer"], labels),
+            ratio_text(row.get("pgbaton_vs_best_python_peer"), row.get("best_python_peer"),
+                       labels),
             ratio_text(row["pgbaton_vs_ceiling"], row["ceiling"], labels),
         ]) + " |")
     lines += [
@@ -178,7 +203,8 @@ def render(results: dict[str, Any]) -> str:
         "the median (repeats: "
         f"{plan['repeats']}; for claim time, rounds on one filled table). A ratio is "
         "pgbaton's median divided by the other's: above 1 is better for throughput, below "
-        "1 is better for latency, memory and claim time. The best peer and the ceiling are "
+        "1 is better for latency, memory and claim time. The best peer, the best Python "
+        "peer (every peer but Graphile Worker, which is Node.js) and the ceiling are "
         "chosen per row; the ceiling is the best of the raw-SQL loops. "
         f"† the run hit the {plan['time_cap']:.0f} s time cap before all "
         f"{plan['jobs']:,} jobs were done; its rate is over the jobs done (drain: started) "
@@ -186,6 +212,7 @@ def render(results: dict[str, Any]) -> str:
         f"{DASH} not measured for that system.",
         "",
     ]
+    lines += render_targets(evaluate_targets(results, summary), labels)
     if notes:
         lines.append("Failures:")
         lines.append("")
@@ -218,7 +245,7 @@ def render(results: dict[str, Any]) -> str:
         else:
             top = profile["top"]
             lines.append(
-                f"py-spy at 250 Hz, drain at concurrency {max(plan['concurrency'])}; "
+                f"py-spy at 250 Hz, drain at concurrency {load_concurrency(plan)}; "
                 f"{top['samples']:,} samples with pgbaton's worker code on the stack "
                 "(percentages below are of those). Files: "
                 + ", ".join(f"`{f}`" for f in profile["files"].values()) + "."
@@ -233,6 +260,124 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- issue 16's targets ----------------------------------------------------------------
+
+# The raw-SQL loops that claim in batches: "the batched raw ceiling".
+BATCHED_CEILINGS = ("raw100", "raw100n")
+TARGET_DRAIN = "drain_c32"
+
+
+def _cells(summary: list[dict[str, Any]], case_id: str, metric: str) -> dict[str, Any]:
+    for row in summary:
+        if row["case_id"] == case_id and row["metric"] == metric:
+            return dict(row["cells"])
+    return {}
+
+
+def _median(cells: dict[str, Any], name: str | None) -> float | None:
+    if name is None:
+        return None
+    value = cells.get(name, {}).get("median")
+    return None if value is None else float(value)
+
+
+def evaluate_targets(results: dict[str, Any],
+                     summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 16's targets, each judged from this run's own medians, for pgbaton at its
+    defaults and for pgbaton's best configuration in the row (the subject or one of its
+    "option" systems: claiming ahead, several processes). A target whose reference was
+    not measured in this run is "not measured", never met."""
+    systems = results["systems"]
+    peers = [n for n, s in systems.items() if s.get("role") == "peer"]
+    python_peers = [n for n in peers if is_python(n, systems[n])]
+    graphiles = [n for n in peers if not is_python(n, systems[n])]
+    pgbatons = [n for n, s in systems.items() if s.get("role") in ("subject", "option")]
+    specs: list[tuple[str, str, str, str, list[str] | None, str, float]] = [
+        # (target, case_id, metric, better, references (None: the value itself),
+        #  comparison, threshold)
+        ("Drain c32 \u2265 0.8\u00d7 Graphile Worker at its best settings",
+         TARGET_DRAIN, "jobs_per_s", HIGHER, graphiles, ">=", 0.8),
+        ("Drain c32 \u2265 0.8\u00d7 the batched raw ceiling",
+         TARGET_DRAIN, "jobs_per_s", HIGHER, list(BATCHED_CEILINGS), ">=", 0.8),
+        ("Drain c32 \u2265 4\u00d7 the best Python peer",
+         TARGET_DRAIN, "jobs_per_s", HIGHER, python_peers, ">=", 4.0),
+        ("Enqueue, one per call \u2265 0.9\u00d7 the raw single-insert loop",
+         "enqueue_single", "jobs_per_s", HIGHER, ["raw1"], ">=", 0.9),
+        ("Enqueue, one per call, ahead of every peer",
+         "enqueue_single", "jobs_per_s", HIGHER, peers, ">", 1.0),
+        ("Enqueue in bulk \u2265 1.5\u00d7 the best peer",
+         "enqueue_bulk", "jobs_per_s", HIGHER, peers, ">=", 1.5),
+        ("Latency from the acknowledged enqueue, p50 \u2264 1.0 ms",
+         "latency", "ack_p50_ms", LOWER, None, "<=", 1.0),
+        ("Latency from the acknowledged enqueue, p99 < 5 ms",
+         "latency", "ack_p99_ms", LOWER, None, "<", 5.0),
+    ]
+    out = []
+    for title, case_id, metric, better, references, comparison, threshold in specs:
+        cells = _cells(summary, case_id, metric)
+        ratio = references is not None
+        reference = _best(cells, references, better) if references else None
+        verdicts = [
+            _judge(name, cells=cells, ratio=ratio, reference=reference,
+                   comparison=comparison, threshold=threshold)
+            for name in ("pgbaton" if "pgbaton" in cells else None,
+                         _best(cells, pgbatons, better))
+        ]
+        out.append({
+            "target": title, "case_id": case_id, "metric": metric,
+            "reference": reference, "ratio": ratio, "threshold": threshold,
+            "defaults": verdicts[0], "best": verdicts[1],
+        })
+    return out
+
+
+def _judge(name: str | None, *, cells: dict[str, Any], ratio: bool, reference: str | None,
+           comparison: str, threshold: float) -> dict[str, Any] | None:
+    """One system against one target: its median, or its ratio to the reference's."""
+    value = _median(cells, name)
+    if value is None:
+        return None
+    if ratio:
+        base = _median(cells, reference)
+        if not base:
+            return {"system": name, "value": None, "met": None}
+        value /= base
+    met = {">=": value >= threshold, ">": value > threshold,
+           "<=": value <= threshold, "<": value < threshold}[comparison]
+    return {"system": name, "value": value, "met": met}
+
+
+def render_targets(targets: list[dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    lines = [
+        "## Issue 16's targets in this run",
+        "",
+        "Each verdict comes from this run's medians: the ratio to the reference named (its "
+        "best system in that row), or the latency itself. \"Best configuration\" is "
+        "pgbaton's best in that row among its defaults and its worker options measured "
+        "(claiming ahead, several processes).",
+        "",
+        "| target | reference | pgbaton, defaults | | pgbaton, best configuration | |",
+        "|---|---|--:|---|--:|---|",
+    ]
+    for t in targets:
+        reference = labels.get(t["reference"], t["reference"]) if t["ratio"] else "\u2013"
+        cols = []
+        for verdict in (t["defaults"], t["best"]):
+            if verdict is None or verdict["value"] is None:
+                cols += [DASH, "not measured"]
+                continue
+            value = (f"{verdict['value']:.2f}{TIMES}" if t["ratio"]
+                     else f"{verdict['value']:.2f} ms")
+            if verdict is t["best"]:
+                value += f" ({labels.get(verdict['system'], verdict['system'])})"
+            cols += [value, "**met**" if verdict["met"] else "missed"]
+        if t["reference"] is None and t["ratio"]:
+            reference = "not measured"
+        lines.append("| " + " | ".join([t["target"], reference, *cols]) + " |")
+    lines.append("")
+    return lines
+
+
 METHOD = """\
 Every run is a separate process on a database created for it (and dropped after it) on
 the same server. Each system is driven through its own client and its own worker,
@@ -245,24 +390,35 @@ harness in SQL on its own connection (awa: by its exact queue counters).
 - **Enqueue in bulk**: the same jobs through the system's bulk call, {bulk_batch} per call.
 - **Drain**: {jobs} jobs enqueued in bulk and ANALYZEd before the worker starts; the time
   runs from the first handler start to the moment the database shows no job pending or
-  running, so the worker's start-up is not counted but its last completion writes are.
-  Every run also checks that no job ran twice.
+  running, so the worker's start-up is not counted but its last completion writes are
+  (a worker of several processes: from the first job of its last process to start, over
+  the jobs started from then on). Every run also checks that no job ran twice.
 - **Latency**: one worker at concurrency {latency_concurrency}, warmed up with
   {latency_warmup} jobs, then {latency_jobs} single jobs, each enqueued {latency_gap[0]}-\
 {latency_gap[1]} s (random) after the previous one is finished in the database, so each
   one arrives at an idle worker. Latency = handler start minus the moment just before the
-  enqueue call (one clock, one process): it includes the enqueue's round trip and commit,
-  the wake-up (LISTEN/NOTIFY or polling), the claim and the dispatch. p50 and p99 are
-  nearest-rank over the run's jobs.
-- **Memory**: resident set size of the worker's process: idle = after the latency warm-up
-  and one quiet second; under load = the peak, sampled every 50 ms, during the drain at
-  the highest concurrency. The process also holds the harness's small client code.
+  enqueue call (one monotonic clock, CLOCK_MONOTONIC, shared by every process): it
+  includes the enqueue's round trip and commit, the wake-up (LISTEN/NOTIFY or polling),
+  the claim and the dispatch. Latency from the acknowledged enqueue = handler start minus
+  the moment the enqueue call returned. p50 and p99 are nearest-rank over the run's jobs.
+- **Worker CPU per job**: user and system CPU time of the worker's process (a worker of
+  several processes: all of them) from its first handler start to the end of the drain,
+  divided by the jobs; an in-process worker's figure includes the harness's probe and
+  its RSS sampler. A busy machine moves it less than the rates; the server's CPU is not
+  in it.
+- **Memory**: resident set size of the worker's process (a worker of several processes:
+  all of them added up, its supervisor included): idle = after the latency warm-up and
+  one quiet second; under load = the peak, sampled every 50 ms, during the drain at
+  concurrency 32. An in-process worker's process also holds the harness's small client
+  code.
 - **Claim time** (pgbaton and raw SQL): the table is filled with N finished jobs by
   generate_series and VACUUM ANALYZEd; each round adds {claim_pending} pending jobs,
   ANALYZEs, makes 10 untimed claims, then times {claims} sequential LIMIT 1 claims, each
   one round trip (pgbaton through AsyncQueue.claim, raw SQL through the bare SKIP LOCKED claim).
 - **Raw SQL**: the minimal jobs table, partial index, claim CTE and token-fenced completion, run
-  by psycopg 3 loops with no library around them: the ceiling for this machine.\
+  by psycopg 3 loops with no library around them: the ceiling for this machine. The
+  batched ceiling is the better of raw SQL, LIMIT 100 (up to 32 loops of 100) and raw
+  SQL, LIMIT \u2264 100, N in flight.\
 """
 
 

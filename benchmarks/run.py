@@ -65,12 +65,12 @@ class Plan:
 
 
 FULL = Plan(
-    mode="full", jobs=20_000, bulk_batch=1_000, concurrency=[1, 8, 32], time_cap=60.0,
+    mode="full", jobs=20_000, bulk_batch=1_000, concurrency=[1, 8, 32, 128], time_cap=60.0,
     latency_jobs=60, latency_concurrency=8, latency_gap=(0.05, 0.15), latency_warmup=5,
     claim_rows=[0, 1_000_000, 10_000_000], claim_pending=1_000, claims=500, repeats=3,
 )
 QUICK = Plan(
-    mode="quick", jobs=1_000, bulk_batch=1_000, concurrency=[1, 8, 32], time_cap=5.0,
+    mode="quick", jobs=1_000, bulk_batch=1_000, concurrency=[1, 8, 32, 128], time_cap=5.0,
     latency_jobs=10, latency_concurrency=8, latency_gap=(0.05, 0.15), latency_warmup=3,
     claim_rows=[0, 10_000, 100_000], claim_pending=500, claims=100, repeats=1,
 )
@@ -108,7 +108,8 @@ def case_runs(plan: Plan, cases: list[str], systems: dict[str, dict[str, Any]]) 
     runs: list[Run] = []
     names = list(systems)
     for case_id, case, params, timeout in groups:
-        able = [s for s in names if case in systems[s].get("cases", [])]
+        able = [s for s in names if case in systems[s].get("cases", [])
+                and runs_at(systems[s], params.get("concurrency"))]
         for repeat in range(plan.repeats):
             shift = repeat % len(able) if able else 0
             for system in able[shift:] + able[:shift]:
@@ -130,6 +131,13 @@ def case_runs(plan: Plan, cases: list[str], systems: dict[str, dict[str, Any]]) 
                     runs.append(Run(f"claim_{rows}", "claim_time", system, 0, params,
                                     300 + rows / 5_000))
     return runs
+
+
+def runs_at(system: dict[str, Any], concurrency: int | None) -> bool:
+    """Whether a system is run at a drain concurrency (raw SQL, LIMIT 1 needs one
+    connection per job in flight, and the server allows only so many)."""
+    highest = system.get("max_concurrency")
+    return concurrency is None or highest is None or concurrency <= highest
 
 
 def child(argv: list[str], timeout: float, prefix: list[str] | None = None) -> dict[str, Any]:
@@ -212,8 +220,9 @@ def describe(run: Run, result: dict[str, Any], seconds: float) -> str:
 
 
 def profile_pgbaton(server_dsn: str, template: str, plan: Plan, out: Path) -> dict[str, Any]:
-    """A py-spy profile of pgbaton's worker draining at the highest concurrency."""
-    c = max(plan.concurrency)
+    """A py-spy profile of pgbaton's worker draining at the concurrency of the memory
+    row (32, else the highest)."""
+    c = report.load_concurrency(asdict(plan))
     stem = out / f"profile-pgbaton-drain-c{c}"
     params = {"jobs": plan.jobs, "batch": plan.bulk_batch, "concurrency": c,
               "time_cap": plan.time_cap, "timeout": 120.0}

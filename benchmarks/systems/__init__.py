@@ -13,6 +13,8 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton_sub": ("pgbaton_system", "PgbatonSubscribedSystem"),
     "pgbaton_limit8": ("pgbaton_system", "PgbatonLimitedSystem"),
     "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
+    "pgbaton_p2": ("pgbaton_system", "PgbatonProcesses"),
+    "pgbaton_b_p2": ("pgbaton_system", "PgbatonProcessesClaimingAhead"),
     "procrastinate": ("procrastinate_system", "ProcrastinateSystem"),
     "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),
     "chancy": ("chancy_system", "ChancySystem"),
@@ -21,6 +23,7 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "graphile_b": ("graphile_system", "GraphileTuned"),
     "raw1": ("raw_system", "RawSQL1"),
     "raw100": ("raw_system", "RawSQL100"),
+    "raw100n": ("raw_system", "RawSQLInFlight"),
     "rawpoll": ("raw_system", "RawSQLBusyPoll"),
 }
 

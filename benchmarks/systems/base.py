@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import psycopg
+
+from ..common import rss_bytes
 
 ALL_CASES = frozenset({"enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time"})
 # Cases of flow control (pgbaton's paused and limited queues), which the peers lack.
@@ -26,8 +29,14 @@ class System:
     label: ClassVar[str]
     #: The PyPI distribution whose version the report shows (None: none, e.g. raw SQL).
     distribution: ClassVar[str | None] = None
-    #: "subject" (pgbaton), "peer" or "ceiling" (raw SQL).
+    #: "subject" (pgbaton at its defaults), "option" (pgbaton with a worker option a user
+    #: would pick for throughput: the targets take pgbaton's best of these), "variant"
+    #: (pgbaton with a feature on, to show its cost), "peer" or "ceiling" (raw SQL).
     role: ClassVar[str] = "peer"
+    #: Whether the system is a Python library (the report's "best Python peer").
+    python: ClassVar[bool] = True
+    #: The highest drain concurrency the system can be run at here, None for any.
+    max_concurrency: ClassVar[int | None] = None
     #: What WorkerConfig-style "concurrency N" means for this system, in one sentence.
     concurrency_meaning: ClassVar[str]
     #: The settings used, and why they are the system's recommended ones.
@@ -84,10 +93,16 @@ class System:
     async def stop_worker(self) -> None:
         raise NotImplementedError
 
-    def worker_pid(self) -> int | None:
-        """The process whose memory is the worker's: None for this one (a Python worker
-        started in-process), a child's pid for a worker in another language."""
-        return None
+    def worker_cpu_seconds(self) -> float:
+        """CPU time (user and system) the worker has used so far: this process's for a
+        worker started in-process (the harness's own share of it is small while the
+        worker drains)."""
+        return time.process_time()
+
+    def worker_rss(self) -> int:
+        """The worker's resident memory in bytes: this process's for a worker started
+        in-process; a worker in processes of its own overrides it."""
+        return rss_bytes()
 
     def check_worker(self) -> None:
         """Raise if the worker has died, so that a case fails fast instead of timing out."""

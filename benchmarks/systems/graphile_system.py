@@ -16,15 +16,14 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
 
-from ..common import PROBE
 from .base import System
+from .child_worker import ChildWorker
 
 NODE_PROJECT = Path(__file__).resolve().parents[1] / "graphile"
 PACKAGE = NODE_PROJECT / "node_modules" / "graphile-worker"
@@ -37,13 +36,14 @@ if shutil.which("node") is None or not PACKAGE.is_dir():
 
 class GraphileSystem(System):
     distribution = None
+    python = False
     tuned: ClassVar[bool] = False
     unfinished_sql = "SELECT count(*) FROM graphile_worker._private_jobs"
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
         self.producer: psycopg.AsyncConnection[Any] | None = None
-        self.process: asyncio.subprocess.Process | None = None
+        self.child = ChildWorker("Graphile Worker")
 
     @classmethod
     def installed_version(cls) -> str | None:
@@ -63,9 +63,7 @@ class GraphileSystem(System):
         self.producer = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
 
     async def close(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
+        await self.child.close()
         if self.producer is not None:
             await self.producer.close()
         await super().close()
@@ -95,30 +93,21 @@ class GraphileSystem(System):
             "GRAPHILE_CONCURRENCY": str(concurrency),
             "GRAPHILE_TUNED": "1" if self.tuned else "0",
         }
-        self.process = await asyncio.create_subprocess_exec(
-            "node", str(NODE_PROJECT / "worker.mjs"), cwd=NODE_PROJECT, env=env,
-            stdout=asyncio.subprocess.PIPE, limit=16 * 1024 * 1024,
-        )
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), STARTUP_SECONDS)
+        await self.child.start(["node", str(NODE_PROJECT / "worker.mjs")], NODE_PROJECT, env)
+        line = await asyncio.wait_for(self.child.readline(), STARTUP_SECONDS)
         if line.strip() != b"READY":
             raise RuntimeError(f"Graphile Worker did not start: {line!r}")
-        self.worker_task = asyncio.create_task(self._read_starts(), name="graphile starts")
+        self.worker_task = asyncio.create_task(self.child.read_starts(), name="graphile starts")
 
-    async def _read_starts(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        async for line in self.process.stdout:
-            seq, nanoseconds = line.split()
-            PROBE.hit(int(seq), at=int(nanoseconds) / 1e9)
-        if await self.process.wait() != 0:
-            raise RuntimeError(f"Graphile Worker exited with {self.process.returncode}")
+    def worker_rss(self) -> int:
+        return self.child.rss()
 
-    def worker_pid(self) -> int | None:
-        return None if self.process is None else self.process.pid
+    def worker_cpu_seconds(self) -> float:
+        return self.child.cpu_seconds()
 
     async def stop_worker(self) -> None:
-        assert self.process is not None and self.worker_task is not None
-        self.process.send_signal(signal.SIGTERM)
+        assert self.worker_task is not None
+        self.child.stop()
         await self.worker_task
 
 

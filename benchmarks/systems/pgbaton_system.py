@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 
-from ..common import PROBE
+from ..common import PROBE, REPORT_STARTS_ENV
 from .base import ALL_CASES, FLOW_CASES, System
+from .child_worker import ChildWorker
 
 SCHEMA = "pgbaton"
 FILL_CHUNK = 1_000_000
+ROOT = Path(__file__).resolve().parents[2]
 
 app = pgbaton.App(schema=SCHEMA)
 
@@ -160,7 +165,7 @@ class PgbatonClaimingAhead(PgbatonSystem):
 
     name = "pgbaton_b"
     label = "pgbaton, claiming ahead"
-    role = "variant"
+    role = "option"
     settings = PgbatonSystem.settings + (
         " WorkerConfig(claim_ahead=500): up to 500 jobs claimed beyond the free slots, "
         "waiting in the worker for one (docs/architecture.md, \"Claiming ahead\")."
@@ -172,3 +177,70 @@ class PgbatonClaimingAhead(PgbatonSystem):
             app, WorkerConfig(concurrency=concurrency, claim_ahead=500, dsn=self.dsn)
         )
         self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
+
+
+class PgbatonProcesses(PgbatonSystem):
+    """pgbaton as `pgbaton worker --processes 2` runs it: a supervisor and two worker
+    processes, each with its own asyncio loop, splitting concurrency N between them."""
+
+    name = "pgbaton_p2"
+    label = "pgbaton, 2 processes"
+    role = "option"
+    processes: ClassVar[int] = 2
+    claim_ahead: ClassVar[int] = 0
+    concurrency_meaning = (
+        "`pgbaton worker --processes 2 --concurrency ceil(N/2)`: a supervisor and two "
+        "worker processes, each one asyncio loop with ceil(N/2) handler slots, so N "
+        "handlers in flight in all (2 at N = 1); each claim asks for its process's free "
+        "slots. Handler starts are timed on CLOCK_MONOTONIC in the worker processes; "
+        "memory is the supervisor's and both workers' RSS added up."
+    )
+    settings = (
+        "the `pgbaton worker` command's defaults (as WorkerConfig's: lease 30 s, "
+        "poll_interval 2 s, maintenance on) apart from --processes and --concurrency, "
+        "started from this module's App; enqueue through Task.enqueue_async in the "
+        "harness's process."
+    )
+    cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.child = ChildWorker(f"pgbaton worker --processes {self.processes}")
+
+    async def close(self) -> None:
+        await self.child.close()
+        await super().close()
+
+    async def start_worker(self, concurrency: int) -> None:
+        per_process = -(-concurrency // self.processes)
+        command = [
+            sys.executable, "-m", "pgbaton", "worker", f"{__name__}:app",
+            "--dsn", self.dsn, "--schema", SCHEMA, "--processes", str(self.processes),
+            "--concurrency", str(per_process), "--claim-ahead", str(self.claim_ahead),
+            "--log-level", "WARNING",
+        ]
+        # The worker processes inherit the supervisor's standard output: their handlers
+        # write their starts there (common.Probe in reporting mode).
+        await self.child.start(command, ROOT, {**os.environ, REPORT_STARTS_ENV: "stdout"})
+        self.worker_task = asyncio.create_task(self.child.read_starts(), name="pgbaton starts")
+
+    def worker_rss(self) -> int:
+        return self.child.rss()
+
+    def worker_cpu_seconds(self) -> float:
+        return self.child.cpu_seconds()
+
+    async def stop_worker(self) -> None:
+        assert self.worker_task is not None
+        self.child.stop()
+        await self.worker_task
+
+
+class PgbatonProcessesClaimingAhead(PgbatonProcesses):
+    name = "pgbaton_b_p2"
+    label = "pgbaton, 2 processes claiming ahead"
+    claim_ahead = 500
+    settings = PgbatonProcesses.settings + (
+        " --claim-ahead 500 in each process: up to 500 jobs claimed beyond its free slots "
+        "(as pgbaton_b)."
+    )
