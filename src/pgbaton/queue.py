@@ -27,7 +27,6 @@ from psycopg.types.json import JsonbLoader
 
 from . import _database as database
 from . import _sql, dependencies
-from ._decoding import JsonbBinaryLoader, claim_reader
 from ._checks import (
     as_claim_list,
     check_filter,
@@ -45,6 +44,7 @@ from ._checks import (
     many_job_params,
     retry_delay,
 )
+from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
@@ -230,15 +230,19 @@ class Queue:
         """A statement of the worker's hot path: its column names and its rows as
         tuples, in binary (no dict per row, no text to parse), jsonb decoded by
         JsonbBinaryLoader."""
-        with self._connection() as pooled:
-            with pooled.cursor(row_factory=tuple_row, binary=True) as cursor:
-                cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
-                cursor.execute(self._sql[name], params)
-                if cursor.description is None:
-                    return [], []
-                return [column.name for column in cursor.description], cursor.fetchall()
+        with (
+            self._connection() as pooled,
+            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+        ):
+            cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
+            cursor.execute(self._sql[name], params)
+            if cursor.description is None:
+                return [], []
+            return [column.name for column in cursor.description], cursor.fetchall()
 
-    def _changed_positions(self, name: str, params: Mapping[str, Any], count: int) -> list[bool]:
+    def _changed_positions(
+        self, name: str, params: Mapping[str, Any], count: int
+    ) -> list[bool]:
         """Run a *_many statement; for each input position, whether its row changed."""
         _, rows = self._fetch_tuples(name, params)
         positions = {row[0] for row in rows}

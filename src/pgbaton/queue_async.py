@@ -25,7 +25,6 @@ from psycopg.types.json import JsonbLoader
 
 from . import _database_async as database
 from . import _sql, dependencies
-from ._decoding import JsonbBinaryLoader, claim_reader
 from ._checks import (
     as_claim_list,
     check_filter,
@@ -43,6 +42,7 @@ from ._checks import (
     many_job_params,
     retry_delay,
 )
+from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
@@ -228,15 +228,19 @@ class AsyncQueue:
         """A statement of the worker's hot path: its column names and its rows as
         tuples, in binary (no dict per row, no text to parse), jsonb decoded by
         JsonbBinaryLoader."""
-        async with self._connection() as pooled:
-            async with pooled.cursor(row_factory=tuple_row, binary=True) as cursor:
-                cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
-                await cursor.execute(self._sql[name], params)
-                if cursor.description is None:
-                    return [], []
-                return [column.name for column in cursor.description], await cursor.fetchall()
+        async with (
+            self._connection() as pooled,
+            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+        ):
+            cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
+            await cursor.execute(self._sql[name], params)
+            if cursor.description is None:
+                return [], []
+            return [column.name for column in cursor.description], await cursor.fetchall()
 
-    async def _changed_positions(self, name: str, params: Mapping[str, Any], count: int) -> list[bool]:
+    async def _changed_positions(
+        self, name: str, params: Mapping[str, Any], count: int
+    ) -> list[bool]:
         """Run a *_many statement; for each input position, whether its row changed."""
         _, rows = await self._fetch_tuples(name, params)
         positions = {row[0] for row in rows}
