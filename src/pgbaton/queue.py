@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.json import JsonbLoader
 
 from . import _database as database
@@ -44,6 +44,7 @@ from ._checks import (
     many_job_params,
     retry_delay,
 )
+from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
@@ -86,11 +87,15 @@ def _claim_params(
     }
 
 
-def _claim_batch(rows: list[Row]) -> ClaimBatch:
+def _claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBatch:
     """A claim's rows: the claimed jobs, and (flow claims) a row with no job that says
     when a full rate-limited queue's next start is due."""
-    claims = [Claim.from_row(row) for row in rows if row["id"] is not None]
-    slots = [row["next_slot_at"] for row in rows if row["id"] is None]
+    if not rows:
+        return ClaimBatch([])
+    read_claim = claim_reader(columns)
+    id_at = columns.index("id")
+    claims = [read_claim(row) for row in rows if row[id_at] is not None]
+    slots = [row[columns.index("next_slot_at")] for row in rows if row[id_at] is None]
     if not slots:
         return ClaimBatch(claims)
     due = (slots[0] - dt.datetime.now(dt.UTC)).total_seconds()
@@ -246,6 +251,30 @@ class Queue:
         with self._connection() as pooled:
             cursor = pooled.execute(query, params)
             return cursor.fetchall() if cursor.description else []
+
+    def _fetch_tuples(
+        self, name: str, params: Mapping[str, Any]
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A statement of the worker's hot path: its column names and its rows as
+        tuples, in binary (no dict per row, no text to parse), jsonb decoded by
+        JsonbBinaryLoader."""
+        with (
+            self._connection() as pooled,
+            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+        ):
+            cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
+            cursor.execute(self._sql[name], params)
+            if cursor.description is None:
+                return [], []
+            return [column.name for column in cursor.description], cursor.fetchall()
+
+    def _changed_positions(
+        self, name: str, params: Mapping[str, Any], count: int
+    ) -> list[bool]:
+        """Run a *_many statement; for each input position, whether its row changed."""
+        _, rows = self._fetch_tuples(name, params)
+        positions = {row[0] for row in rows}
+        return [position in positions for position in range(1, count + 1)]
 
     # -- schema ---------------------------------------------------------------------
 
@@ -585,12 +614,12 @@ class Queue:
         statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
         for _ in range(3):
             try:
-                rows = self._fetch(statement, params)
+                columns, rows = self._fetch_tuples(statement, params)
             except psycopg.errors.UniqueViolation:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
                 continue
-            return _claim_batch(rows)
+            return _claim_batch(columns, rows)
         return ClaimBatch([])
 
     def complete_and_claim(
@@ -615,15 +644,23 @@ class Queue:
         complete = self._complete_params(outcomes)
         claim = _claim_params(worker_id, limit, lease, queues, tasks)
         freed = sorted({c.queue for c, _ in outcomes} & self.limited_queues)
-        with self._connection() as conn:
+        with (
+            self._connection() as conn,
+            conn.cursor(row_factory=tuple_row, binary=True) as completed,
+            conn.cursor(row_factory=tuple_row, binary=True) as claimed,
+        ):
+            claimed.adapters.register_loader("jsonb", JsonbBinaryLoader)
             with conn.pipeline(), conn.transaction():
-                completed = conn.execute(self._sql["job_complete_many"], complete)
+                completed.execute(self._sql["job_complete_many"], complete)
                 if freed:  # as notify_freed(), delivered at the commit
                     conn.execute(self._sql["queue_notify_freed"],
                                        {"channel": self.channel, "queues": freed})
-                claimed = conn.execute(self._sql["job_claim_flow"], claim)
-            accepted = _changed(completed.fetchall(), len(outcomes))
-            return accepted, _claim_batch(claimed.fetchall())
+                claimed.execute(self._sql["job_claim_flow"], claim)
+            positions = {row[0] for row in completed.fetchall()}
+            accepted = [p in positions for p in range(1, len(outcomes) + 1)]
+            assert claimed.description is not None
+            columns = [column.name for column in claimed.description]
+            return accepted, _claim_batch(columns, claimed.fetchall())
 
     def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every
@@ -674,7 +711,7 @@ class Queue:
         if not outcomes:
             return []
         params = self._complete_params(outcomes)
-        return _changed(self._fetch("job_complete_many", params), len(outcomes))
+        return self._changed_positions("job_complete_many", params, len(outcomes))
 
     @staticmethod
     def _complete_params(outcomes: Sequence[tuple[Claim, Any]]) -> dict[str, Any]:
@@ -706,7 +743,7 @@ class Queue:
             "errors": [error_json(error) for _, error, _ in failures],
             "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
         }
-        return _changed(self._fetch("job_fail_many", params), len(claims))
+        return self._changed_positions("job_fail_many", params, len(claims))
 
     def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
@@ -720,8 +757,8 @@ class Queue:
         claims = list(claims)
         if not claims:
             return []
-        rows = self._fetch("job_release_many", held_params(claims))
-        return _changed(rows, len(claims))
+        return self._changed_positions("job_release_many", held_params(claims),
+                                             len(claims))
 
     # -- maintenance and inspection -------------------------------------------------
 

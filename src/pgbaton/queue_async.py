@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import psycopg
 import psycopg_pool
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.json import JsonbLoader
 
 from . import _database_async as database
@@ -42,6 +42,7 @@ from ._checks import (
     many_job_params,
     retry_delay,
 )
+from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss
@@ -84,11 +85,15 @@ def _claim_params(
     }
 
 
-def _claim_batch(rows: list[Row]) -> ClaimBatch:
+def _claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBatch:
     """A claim's rows: the claimed jobs, and (flow claims) a row with no job that says
     when a full rate-limited queue's next start is due."""
-    claims = [Claim.from_row(row) for row in rows if row["id"] is not None]
-    slots = [row["next_slot_at"] for row in rows if row["id"] is None]
+    if not rows:
+        return ClaimBatch([])
+    read_claim = claim_reader(columns)
+    id_at = columns.index("id")
+    claims = [read_claim(row) for row in rows if row[id_at] is not None]
+    slots = [row[columns.index("next_slot_at")] for row in rows if row[id_at] is None]
     if not slots:
         return ClaimBatch(claims)
     due = (slots[0] - dt.datetime.now(dt.UTC)).total_seconds()
@@ -244,6 +249,30 @@ class AsyncQueue:
         async with self._connection() as pooled:
             cursor = await pooled.execute(query, params)
             return await cursor.fetchall() if cursor.description else []
+
+    async def _fetch_tuples(
+        self, name: str, params: Mapping[str, Any]
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A statement of the worker's hot path: its column names and its rows as
+        tuples, in binary (no dict per row, no text to parse), jsonb decoded by
+        JsonbBinaryLoader."""
+        async with (
+            self._connection() as pooled,
+            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+        ):
+            cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
+            await cursor.execute(self._sql[name], params)
+            if cursor.description is None:
+                return [], []
+            return [column.name for column in cursor.description], await cursor.fetchall()
+
+    async def _changed_positions(
+        self, name: str, params: Mapping[str, Any], count: int
+    ) -> list[bool]:
+        """Run a *_many statement; for each input position, whether its row changed."""
+        _, rows = await self._fetch_tuples(name, params)
+        positions = {row[0] for row in rows}
+        return [position in positions for position in range(1, count + 1)]
 
     # -- schema ---------------------------------------------------------------------
 
@@ -583,12 +612,12 @@ class AsyncQueue:
         statement = "job_claim_flow" if await self._flow_is_on() else "job_claim_many"
         for _ in range(3):
             try:
-                rows = await self._fetch(statement, params)
+                columns, rows = await self._fetch_tuples(statement, params)
             except psycopg.errors.UniqueViolation:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
                 continue
-            return _claim_batch(rows)
+            return _claim_batch(columns, rows)
         return ClaimBatch([])
 
     async def complete_and_claim(
@@ -613,15 +642,23 @@ class AsyncQueue:
         complete = self._complete_params(outcomes)
         claim = _claim_params(worker_id, limit, lease, queues, tasks)
         freed = sorted({c.queue for c, _ in outcomes} & self.limited_queues)
-        async with self._connection() as conn:
+        async with (
+            self._connection() as conn,
+            conn.cursor(row_factory=tuple_row, binary=True) as completed,
+            conn.cursor(row_factory=tuple_row, binary=True) as claimed,
+        ):
+            claimed.adapters.register_loader("jsonb", JsonbBinaryLoader)
             async with conn.pipeline(), conn.transaction():
-                completed = await conn.execute(self._sql["job_complete_many"], complete)
+                await completed.execute(self._sql["job_complete_many"], complete)
                 if freed:  # as notify_freed(), delivered at the commit
                     await conn.execute(self._sql["queue_notify_freed"],
                                        {"channel": self.channel, "queues": freed})
-                claimed = await conn.execute(self._sql["job_claim_flow"], claim)
-            accepted = _changed(await completed.fetchall(), len(outcomes))
-            return accepted, _claim_batch(await claimed.fetchall())
+                await claimed.execute(self._sql["job_claim_flow"], claim)
+            positions = {row[0] for row in await completed.fetchall()}
+            accepted = [p in positions for p in range(1, len(outcomes) + 1)]
+            assert claimed.description is not None
+            columns = [column.name for column in claimed.description]
+            return accepted, _claim_batch(columns, await claimed.fetchall())
 
     async def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every
@@ -672,7 +709,7 @@ class AsyncQueue:
         if not outcomes:
             return []
         params = self._complete_params(outcomes)
-        return _changed(await self._fetch("job_complete_many", params), len(outcomes))
+        return await self._changed_positions("job_complete_many", params, len(outcomes))
 
     @staticmethod
     def _complete_params(outcomes: Sequence[tuple[Claim, Any]]) -> dict[str, Any]:
@@ -704,7 +741,7 @@ class AsyncQueue:
             "errors": [error_json(error) for _, error, _ in failures],
             "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
         }
-        return _changed(await self._fetch("job_fail_many", params), len(claims))
+        return await self._changed_positions("job_fail_many", params, len(claims))
 
     async def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
@@ -718,8 +755,8 @@ class AsyncQueue:
         claims = list(claims)
         if not claims:
             return []
-        rows = await self._fetch("job_release_many", held_params(claims))
-        return _changed(rows, len(claims))
+        return await self._changed_positions("job_release_many", held_params(claims),
+                                             len(claims))
 
     # -- maintenance and inspection -------------------------------------------------
 

@@ -134,6 +134,8 @@ class Executor:
     async def _invoke(self, task: Task, running: Running) -> Any:
         positional = (running.context,) if task.pass_context else ()
         args = running.claim.args
+        if task.is_async and task.timeout is None and not self.middlewares:
+            return await task.func(*positional, **args)  # nothing to wrap it in
 
         async def call_handler() -> Any:
             if task.is_async:
