@@ -74,7 +74,7 @@ Row = dict[str, Any]
 # statement): a setting made elsewhere reaches this queue's claims within this time,
 # and until then its jobs are only held back (docs/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
-Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
+Pool = psycopg_pool.ConnectionPool[database.PooledConnection]
 
 
 def _changed(rows: list[Row], count: int) -> list[bool]:
@@ -167,7 +167,7 @@ class Queue:
                 conn.close()
             pool = Pool(
                 self.dsn,
-                connection_class=psycopg.Connection[DictRow],
+                connection_class=database.PooledConnection,
                 min_size=1,
                 max_size=self._pool_size,
                 kwargs={
@@ -190,7 +190,7 @@ class Queue:
         return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+    def _connection(self) -> Iterator[database.PooledConnection]:
         pool = self._pool or self._open_pool()
         try:
             with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
@@ -228,7 +228,8 @@ class Queue:
                 cursor.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
         with self._connection() as pooled:
-            cursor = pooled.execute(query, params)
+            cursor = pooled.statements()
+            cursor.execute(query, params)
             return cursor.fetchall() if cursor.description else []
 
     # -- schema ---------------------------------------------------------------------

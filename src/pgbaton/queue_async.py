@@ -72,7 +72,7 @@ Row = dict[str, Any]
 # statement): a setting made elsewhere reaches this queue's claims within this time,
 # and until then its jobs are only held back (docs/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
-Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
 
 
 def _changed(rows: list[Row], count: int) -> list[bool]:
@@ -165,7 +165,7 @@ class AsyncQueue:
                 await conn.close()
             pool = Pool(
                 self.dsn,
-                connection_class=psycopg.AsyncConnection[DictRow],
+                connection_class=database.PooledConnection,
                 min_size=1,
                 max_size=self._pool_size,
                 kwargs={
@@ -188,7 +188,7 @@ class AsyncQueue:
         return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+    async def _connection(self) -> AsyncIterator[database.PooledConnection]:
         pool = self._pool or await self._open_pool()
         try:
             async with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
@@ -226,7 +226,8 @@ class AsyncQueue:
                 await cursor.execute(query, params)
                 return await cursor.fetchall() if cursor.description else []
         async with self._connection() as pooled:
-            cursor = await pooled.execute(query, params)
+            cursor = pooled.statements()
+            await cursor.execute(query, params)
             return await cursor.fetchall() if cursor.description else []
 
     # -- schema ---------------------------------------------------------------------
