@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 from pgbaton import NotSerializable
 from pgbaton._encoding import to_json
 
+# What PostgreSQL can hold: no NaN or infinity, no NUL, no lone surrogate.
+TEXT = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]))
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
-    | st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"])),
-    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT,
+    lambda children: st.lists(children) | st.dictionaries(TEXT, children),
     max_leaves=30,
 )
 
