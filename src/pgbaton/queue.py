@@ -469,17 +469,32 @@ class Queue:
     def _copy_many(
         self, rows: Sequence[CopyRow], meta: str | None, conn: CallerConnection | None
     ) -> list[int]:
-        """A large batch by COPY, in one transaction (a savepoint in the caller's): the
-        ids and now() first, then every row in one COPY statement."""
+        """A large batch by COPY: the ids (and now()) first, then every row in one COPY
+        statement, all or nothing. A savepoint in the caller's transaction; on a pooled
+        connection a transaction only when some job's run_at is reckoned from now()."""
+        scheduled = any(row[4] is not None or row[5] for row in rows)
+        if conn is None and not scheduled:
+            # The table's defaults give every job the COPY's own now(), as the INSERT's
+            # transaction gives it: two round trips fewer than BEGIN ... COMMIT.
+            with self._connection() as pooled:
+                return self._copy_rows(rows, meta, scheduled, pooled)
         with self._transaction(conn) as held:
-            (reserved,) = self._fetch("job_ids_reserve", {"count": len(rows)}, held)
-            ids: list[int] = reserved["ids"]
-            scheduled = any(row[4] is not None or row[5] for row in rows)
-            statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
-            with held.cursor() as cursor, cursor.copy(statement) as copy:
-                for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
-                    copy.write_row(values)
-            return ids
+            return self._copy_rows(rows, meta, scheduled, held)
+
+    def _copy_rows(
+        self,
+        rows: Sequence[CopyRow],
+        meta: str | None,
+        scheduled: bool,
+        conn: psycopg.Connection[Any],
+    ) -> list[int]:
+        (reserved,) = self._fetch("job_ids_reserve", {"count": len(rows)}, conn)
+        ids: list[int] = reserved["ids"]
+        statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
+        with conn.cursor() as cursor, cursor.copy(statement) as copy:
+            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
+                copy.write_row(values)
+        return ids
 
     def _enqueue_graph(
         self,
