@@ -208,3 +208,17 @@ def test_a_large_batch_with_idempotency_keys_takes_the_insert(queue, copies):
     ids = queue.enqueue_many(jobs)
     assert copies == []
     assert ids[:300] == ids[300:] and len(set(ids)) == 300
+
+
+async def test_the_async_queue_copies_a_large_batch_into_the_callers_transaction(aqueue, dsn):
+    """AsyncQueue's COPY (psycopg's AsyncCopy) writes in the caller's transaction, with
+    scheduled jobs among due ones; nothing is claimable before the commit."""
+    jobs = [{"task": "t", "args": {"n": n}, **({"delay": 60} if n % 2 else {})}
+            for n in range(800)]
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        ids = await aqueue.enqueue_many(jobs, conn=conn)
+        assert await aqueue.claim("w") == []
+        await conn.commit()
+    claims = await aqueue.claim("w", limit=1000)
+    assert [c.id for c in claims] == ids[::2]
+    assert [c.args for c in claims] == [{"n": n} for n in range(0, 800, 2)]
