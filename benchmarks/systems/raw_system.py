@@ -78,7 +78,9 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 """
 
 INSERT_ONE = "INSERT INTO jobs (args) VALUES (%s::jsonb)"
-INSERT_MANY = "INSERT INTO jobs (args) SELECT * FROM unnest(%s::jsonb[])"
+# The bulk ceiling: COPY, psycopg's fastest way in (about twice the rows per second of
+# one INSERT ... SELECT FROM unnest(%s::jsonb[]) on this machine).
+COPY_MANY = "COPY jobs (args) FROM STDIN"
 
 
 async def noop(seq: int) -> None:
@@ -91,7 +93,8 @@ class RawSQL(System):
     settings = (
         "no library: the bare SKIP LOCKED claim CTE and fenced completion on a minimal jobs "
         "table with its partial index; LISTEN/NOTIFY wake-up with a 1 s poll fallback; psycopg "
-        "prepares the statements after 5 uses (its default)."
+        "prepares the statements after 5 uses (its default); one INSERT per single "
+        "enqueue, COPY for bulk."
     )
     unfinished_sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'running')"
 
@@ -124,7 +127,9 @@ class RawSQL(System):
 
     async def enqueue_batch(self, seqs: Sequence[int]) -> None:
         assert self.producer is not None
-        await self.producer.execute(INSERT_MANY, ([json.dumps({"seq": s}) for s in seqs],))
+        async with self.producer.cursor() as cursor, cursor.copy(COPY_MANY) as copy:
+            for seq in seqs:
+                await copy.write_row((json.dumps({"seq": seq}),))
 
     # -- the worker: N loops, each on its own connection --------------------------------
 

@@ -25,6 +25,19 @@ CONNECT_TIMEOUT_SECONDS = 10
 MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
 
 
+class PooledConnection(psycopg.AsyncConnection[DictRow]):
+    """A connection of a queue's pool, which keeps one cursor for the statements run on
+    it: a cursor made for each statement costs about a fifth of an enqueue's CPU."""
+
+    _statements: psycopg.AsyncCursor[DictRow] | None = None
+
+    def statements(self) -> psycopg.AsyncCursor[DictRow]:
+        """The kept cursor (used by one holder at a time, as the connection is)."""
+        if self._statements is None:
+            self._statements = self.cursor()
+        return self._statements
+
+
 async def connect(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[DictRow]:
     """A connection with dict rows, or ConnectionFailed that says which server and why."""
     try:

@@ -28,6 +28,7 @@ from psycopg.types.json import JsonbLoader
 from . import _database as database
 from . import _sql, dependencies
 from ._checks import (
+    CopyRow,
     as_claim_list,
     check_filter,
     check_int4,
@@ -39,6 +40,9 @@ from ._checks import (
     check_seconds,
     check_status,
     check_tasks,
+    copy_job_rows,
+    copy_values,
+    encode_job_rows,
     held_params,
     job_params,
     many_job_params,
@@ -71,7 +75,7 @@ Row = dict[str, Any]
 # statement): a setting made elsewhere reaches this queue's claims within this time,
 # and until then its jobs are only held back (docs/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
-Pool = psycopg_pool.ConnectionPool[psycopg.Connection[DictRow]]
+Pool = psycopg_pool.ConnectionPool[database.PooledConnection]
 
 
 def _claim_params(
@@ -114,6 +118,10 @@ class Queue:
     Connections come from a small pool, opened on first use after checking that the
     server is reachable, new enough, and migrated to this version of pgbaton.
     """
+
+    # enqueue_many writes a batch of at least this many jobs by COPY (docs/architecture.md,
+    # "Large batches by COPY"): below it the one INSERT statement is as fast.
+    copy_min_jobs: int = 500
 
     def __init__(
         self,
@@ -188,7 +196,7 @@ class Queue:
                 conn.close()
             pool = Pool(
                 self.dsn,
-                connection_class=psycopg.Connection[DictRow],
+                connection_class=database.PooledConnection,
                 min_size=1,
                 max_size=self._pool_size,
                 kwargs={
@@ -211,7 +219,7 @@ class Queue:
         return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[DictRow]]:
+    def _connection(self) -> Iterator[database.PooledConnection]:
         pool = self._pool or self._open_pool()
         try:
             with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
@@ -249,7 +257,8 @@ class Queue:
                 cursor.execute(query, params)
                 return cursor.fetchall() if cursor.description else []
         with self._connection() as pooled:
-            cursor = pooled.execute(query, params)
+            cursor = pooled.statements()
+            cursor.execute(query, params)
             return cursor.fetchall() if cursor.description else []
 
     def _fetch_tuples(
@@ -443,7 +452,8 @@ class Queue:
         conn: CallerConnection | None = None,
         batch: Batch | None = None,
     ) -> list[int]:
-        """Add many jobs in one statement; ids come back in input order. A job whose
+        """Add many jobs in one statement (a batch of copy_min_jobs or more without
+        idempotency keys: by COPY); ids come back in input order. A job whose
         task already has a job with its idempotency key gets that job's id instead. All
         or nothing: a key taken by another task's job raises and writes none of them.
         A job may carry `after` (job ids, or labels of jobs of this call), `label` and
@@ -456,12 +466,20 @@ class Queue:
             if ids and self.events.active:
                 self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
             return ids
-        params = many_job_params(jobs)
+        params = many_job_params(jobs, encode=False)
         if not params["count"]:
             return []
+        if params["count"] >= self.copy_min_jobs and not params["idempotency_keys"]:
+            rows: list[CopyRow] | None = copy_job_rows(params["rows"])
+        else:
+            rows = None
+            params = encode_job_rows(params)
         conn = self._provided(conn)
         with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
-            ids = self._insert_many(params, meta_json(span), conn)
+            if rows is None:
+                ids = self._insert_many(params, meta_json(span), conn)
+            else:
+                ids = self._copy_many(rows, meta_json(span), conn)
             span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
@@ -500,6 +518,36 @@ class Queue:
                     ids, row["tasks"], row["idempotency_keys"], strict=True
                 )
             ]
+
+    def _copy_many(
+        self, rows: Sequence[CopyRow], meta: str | None, conn: CallerConnection | None
+    ) -> list[int]:
+        """A large batch by COPY: the ids (and now()) first, then every row in one COPY
+        statement, all or nothing. A savepoint in the caller's transaction; on a pooled
+        connection a transaction only when some job's run_at is reckoned from now()."""
+        scheduled = any(row[4] is not None or row[5] for row in rows)
+        if conn is None and not scheduled:
+            # The table's defaults give every job the COPY's own now(), as the INSERT's
+            # transaction gives it: two round trips fewer than BEGIN ... COMMIT.
+            with self._connection() as pooled:
+                return self._copy_rows(rows, meta, scheduled, pooled)
+        with self._transaction(conn) as held:
+            return self._copy_rows(rows, meta, scheduled, held)
+
+    def _copy_rows(
+        self,
+        rows: Sequence[CopyRow],
+        meta: str | None,
+        scheduled: bool,
+        conn: psycopg.Connection[Any],
+    ) -> list[int]:
+        (reserved,) = self._fetch("job_ids_reserve", {"count": len(rows)}, conn)
+        ids: list[int] = reserved["ids"]
+        statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
+        with conn.cursor() as cursor, cursor.copy(statement) as copy:
+            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
+                copy.write_row(values)
+        return ids
 
     def _enqueue_graph(
         self,

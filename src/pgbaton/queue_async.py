@@ -26,6 +26,7 @@ from psycopg.types.json import JsonbLoader
 from . import _database_async as database
 from . import _sql, dependencies
 from ._checks import (
+    CopyRow,
     as_claim_list,
     check_filter,
     check_int4,
@@ -37,6 +38,9 @@ from ._checks import (
     check_seconds,
     check_status,
     check_tasks,
+    copy_job_rows,
+    copy_values,
+    encode_job_rows,
     held_params,
     job_params,
     many_job_params,
@@ -69,7 +73,7 @@ Row = dict[str, Any]
 # statement): a setting made elsewhere reaches this queue's claims within this time,
 # and until then its jobs are only held back (docs/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
-Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
+Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
 
 
 def _claim_params(
@@ -112,6 +116,10 @@ class AsyncQueue:
     Connections come from a small pool, opened on first use after checking that the
     server is reachable, new enough, and migrated to this version of pgbaton.
     """
+
+    # enqueue_many writes a batch of at least this many jobs by COPY (docs/architecture.md,
+    # "Large batches by COPY"): below it the one INSERT statement is as fast.
+    copy_min_jobs: int = 500
 
     def __init__(
         self,
@@ -186,7 +194,7 @@ class AsyncQueue:
                 await conn.close()
             pool = Pool(
                 self.dsn,
-                connection_class=psycopg.AsyncConnection[DictRow],
+                connection_class=database.PooledConnection,
                 min_size=1,
                 max_size=self._pool_size,
                 kwargs={
@@ -209,7 +217,7 @@ class AsyncQueue:
         return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+    async def _connection(self) -> AsyncIterator[database.PooledConnection]:
         pool = self._pool or await self._open_pool()
         try:
             async with pool.connection(timeout=database.CONNECT_TIMEOUT_SECONDS) as conn:
@@ -247,7 +255,8 @@ class AsyncQueue:
                 await cursor.execute(query, params)
                 return await cursor.fetchall() if cursor.description else []
         async with self._connection() as pooled:
-            cursor = await pooled.execute(query, params)
+            cursor = pooled.statements()
+            await cursor.execute(query, params)
             return await cursor.fetchall() if cursor.description else []
 
     async def _fetch_tuples(
@@ -441,7 +450,8 @@ class AsyncQueue:
         conn: AsyncCallerConnection | None = None,
         batch: Batch | None = None,
     ) -> list[int]:
-        """Add many jobs in one statement; ids come back in input order. A job whose
+        """Add many jobs in one statement (a batch of copy_min_jobs or more without
+        idempotency keys: by COPY); ids come back in input order. A job whose
         task already has a job with its idempotency key gets that job's id instead. All
         or nothing: a key taken by another task's job raises and writes none of them.
         A job may carry `after` (job ids, or labels of jobs of this call), `label` and
@@ -454,12 +464,20 @@ class AsyncQueue:
             if ids and self.events.active:
                 self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
             return ids
-        params = many_job_params(jobs)
+        params = many_job_params(jobs, encode=False)
         if not params["count"]:
             return []
+        if params["count"] >= self.copy_min_jobs and not params["idempotency_keys"]:
+            rows: list[CopyRow] | None = copy_job_rows(params["rows"])
+        else:
+            rows = None
+            params = encode_job_rows(params)
         conn = await self._provided(conn)
         with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
-            ids = await self._insert_many(params, meta_json(span), conn)
+            if rows is None:
+                ids = await self._insert_many(params, meta_json(span), conn)
+            else:
+                ids = await self._copy_many(rows, meta_json(span), conn)
             span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
@@ -498,6 +516,36 @@ class AsyncQueue:
                     ids, row["tasks"], row["idempotency_keys"], strict=True
                 )
             ]
+
+    async def _copy_many(
+        self, rows: Sequence[CopyRow], meta: str | None, conn: AsyncCallerConnection | None
+    ) -> list[int]:
+        """A large batch by COPY: the ids (and now()) first, then every row in one COPY
+        statement, all or nothing. A savepoint in the caller's transaction; on a pooled
+        connection a transaction only when some job's run_at is reckoned from now()."""
+        scheduled = any(row[4] is not None or row[5] for row in rows)
+        if conn is None and not scheduled:
+            # The table's defaults give every job the COPY's own now(), as the INSERT's
+            # transaction gives it: two round trips fewer than BEGIN ... COMMIT.
+            async with self._connection() as pooled:
+                return await self._copy_rows(rows, meta, scheduled, pooled)
+        async with self._transaction(conn) as held:
+            return await self._copy_rows(rows, meta, scheduled, held)
+
+    async def _copy_rows(
+        self,
+        rows: Sequence[CopyRow],
+        meta: str | None,
+        scheduled: bool,
+        conn: psycopg.AsyncConnection[Any],
+    ) -> list[int]:
+        (reserved,) = await self._fetch("job_ids_reserve", {"count": len(rows)}, conn)
+        ids: list[int] = reserved["ids"]
+        statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
+        async with conn.cursor() as cursor, cursor.copy(statement) as copy:
+            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
+                await copy.write_row(values)
+        return ids
 
     async def _enqueue_graph(
         self,

@@ -91,6 +91,28 @@ SELECT array_agg(inserted.id ORDER BY input.position) AS ids,
        array_agg(input.idempotency_key ORDER BY input.position) AS idempotency_keys
 FROM input LEFT JOIN inserted ON inserted.id = input.id;
 
+-- name: job_ids_reserve
+-- The ids of a batch written by COPY (enqueue_many's large batches), drawn first so that
+-- they come back in input order, and the transaction's now(): what job_insert_many's
+-- coalesce gives a job with a delay, computed the same way by the client.
+SELECT array_agg(id ORDER BY n) AS ids, now() AS now
+FROM (SELECT n, nextval('__schema__.jobs_id_seq') AS id
+      FROM generate_series(1, %(count)s) AS n) AS reserved;
+
+-- name: job_copy
+-- A large batch in which every job is due at once: the column defaults give run_at and
+-- created_at the transaction's now(), as job_insert_many does. COPY fires the insert
+-- triggers as an INSERT does, so jobs_notify_inserted wakes the workers at commit.
+COPY __schema__.jobs (id, queue, task, args, priority, key, max_attempts, meta, limit_key)
+FROM STDIN;
+
+-- name: job_copy_scheduled
+-- As job_copy, for a batch in which some job has a run_at or a delay: each row carries
+-- its run_at (the reserved now() where the job gave none).
+COPY __schema__.jobs
+    (id, queue, task, args, priority, run_at, key, max_attempts, meta, limit_key)
+FROM STDIN;
+
 -- name: job_ids_by_task_idempotency_key
 SELECT j.task, j.idempotency_key, j.id
 FROM unnest(%(tasks)s::text[], %(keys)s::text[]) AS wanted(task, idempotency_key)

@@ -1,0 +1,224 @@
+"""enqueue_many's large batches go by COPY: the same rows, ids, wake-up, meta and events
+as the INSERT statement, all or nothing, and inside the caller's transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import psycopg
+import pytest
+
+import pgbaton
+from pgbaton.limits import INT4_MAX, INT4_MIN
+
+# Values that would break a hand-written COPY line or an unquoted statement: the COPY
+# delimiters and escapes, SQL, markup, NULs spelled out, and text beyond ASCII.
+AWKWARD = [
+    "tab\there", "new\nline", "carriage\rreturn", "back\\slash", "\\N", "\\.",
+    "'); DROP TABLE jobs; --", "<script>alert(1)</script>", "&amp; \"quoted\"",
+    "日本語 ✓ 🎉", "é\u0301", "\\u0000 as text", "",
+]
+
+
+def _jobs(now: dt.datetime) -> list[dict[str, Any]]:
+    """Every enqueue option, at its limits and beside its default, many times over."""
+    jobs: list[dict[str, Any]] = []
+    for n in range(600):
+        text = AWKWARD[n % len(AWKWARD)]
+        job: dict[str, Any] = {"task": f"task {text}" if text else "task",
+                               "args": {"n": n, "text": text, "none": None,
+                                        "nested": [{"deep": [text, None, 1.5]}]}}
+        if n % 7 == 0:
+            job["queue"] = f"queue {text}"
+        if n % 5 == 0:
+            job["priority"] = (INT4_MIN, INT4_MAX, -1, 1)[n // 5 % 4]
+        if n % 11 == 0:
+            job["run_at"] = now + dt.timedelta(days=n, microseconds=n)
+        elif n % 13 == 0:
+            job["delay"] = 0.1234565 * n
+        if n % 3 == 0:
+            job["key"] = f"key {text} {n}"
+        if n % 17 == 0:
+            job["limit_key"] = f"limit {text}"
+        if n % 19 == 0:
+            job["max_attempts"] = (1, INT4_MAX)[n // 19 % 2]
+        jobs.append(job)
+    jobs[1]["args"]["big"] = "x" * 1_000_000  # a megabyte of args
+    return jobs
+
+
+@pytest.fixture
+def copies(queue: pgbaton.Queue, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches the queue wrote by COPY."""
+    sizes: list[int] = []
+    write = queue._copy_many
+
+    def counted(rows: Any, meta: Any, conn: Any) -> list[int]:
+        sizes.append(len(rows))
+        return write(rows, meta, conn)
+
+    monkeypatch.setattr(queue, "_copy_many", counted)
+    return sizes
+
+
+COLUMNS = [
+    "queue", "task", "args", "status", "priority", "run_at", "attempts", "max_attempts",
+    "key", "idempotency_key", "claim_token", "lease_until", "worker_id", "errors",
+    "result", "created_at", "started_at", "finished_at", "limit_key", "has_dependents",
+    "waiting_for", "batch_id", "meta",
+]
+
+
+def _rows(conn: psycopg.Connection, schema: str, ids: list[int]) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        f'SELECT id, {", ".join(COLUMNS)} FROM "{schema}".jobs'  # type: ignore[arg-type]
+        " WHERE id = ANY(%s) ORDER BY id",
+        (ids,),
+    ).fetchall()
+    assert [row[0] for row in rows] == ids  # ids in input order, each job's own
+    return [row[1:] for row in rows]
+
+
+def test_copy_writes_the_rows_the_insert_writes(queue, dsn, schema, copies):
+    """One input through both paths in one transaction (so now() is the same): every
+    column of every row is equal, awkward text, big args, NULLs and limits included."""
+    with psycopg.connect(dsn) as conn:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        jobs = _jobs(now)
+        queue.copy_min_jobs = len(jobs) + 1
+        inserted = queue.enqueue_many(jobs, conn=conn)
+        queue.copy_min_jobs = len(jobs)
+        copied = queue.enqueue_many(jobs, conn=conn)
+        assert copies == [len(jobs)]
+        assert len(set(inserted + copied)) == 2 * len(jobs)
+        assert _rows(conn, schema, inserted) == _rows(conn, schema, copied)
+        (delayed,) = conn.execute(
+            f'SELECT run_at - created_at FROM "{schema}".jobs'  # type: ignore[arg-type]
+            " WHERE id = %s", (copied[13],)
+        ).fetchone()  # type: ignore[misc]
+        assert abs(delayed.total_seconds() - 13 * 0.1234565) < 1e-6
+
+
+def test_a_large_batch_is_copied_due_jobs_wake_workers_once(queue, dsn, copies):
+    """A COPY fires the insert trigger as an INSERT does: one NOTIFY per queue at commit,
+    none for jobs due later; the jobs are claimable in input order."""
+    listener = psycopg.connect(dsn, autocommit=True)
+    listener.execute(f'LISTEN "{queue.channel}"')  # type: ignore[arg-type]
+    later = queue.enqueue_many([{"task": "t", "queue": "later", "delay": 3600}] * 600)
+    ids = queue.enqueue_many([{"task": "t", "queue": "now", "args": {"n": n}} for n in range(600)])
+    assert copies == [600, 600]
+    assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == ["now"]
+    assert list(listener.notifies(timeout=0.2)) == []
+    claims = queue.claim("w", limit=1000)
+    assert [c.id for c in claims] == ids
+    assert [c.args for c in claims] == [{"n": n} for n in range(600)]
+    assert later == sorted(later) and len(set(later)) == 600
+    listener.close()
+
+
+def test_a_copied_batch_rolled_back_with_the_callers_transaction_leaves_nothing(
+    queue, dsn, db, copies
+):
+    """With conn=, the COPY is part of the caller's transaction: its rollback undoes it."""
+    with psycopg.connect(dsn) as conn:
+        queue.enqueue_many([{"task": "t"}] * 700, conn=conn)
+        assert queue.jobs(conn=conn, limit=1000) != []
+        conn.rollback()
+    assert copies == [700]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"text": "nul \x00 here"}, pgbaton.NotSerializable),
+        ({"text": "lone \ud800 surrogate"}, pgbaton.NotSerializable),
+        ({"number": float("nan")}, pgbaton.NotSerializable),
+        ({"big": "x" * (16 * 1024 * 1024)}, pgbaton.InvalidArgument),
+    ],
+)
+def test_a_job_that_cannot_be_stored_refuses_the_whole_copied_batch(queue, db, bad, error):
+    """A bad job late in a large batch is named with its position, and no job is written."""
+    jobs: list[dict[str, Any]] = [{"task": "t", "args": {"n": n}} for n in range(1000)]
+    jobs[700] = {"task": "late", "args": bad}
+    with pytest.raises(error, match=r"^job 700: args for task 'late'"):
+        queue.enqueue_many(jobs)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_a_copy_the_server_stops_half_way_leaves_nothing(queue, dsn, db, copies):
+    """A row the server refuses in the middle of a COPY (here a test trigger on job 700)
+    undoes the rows before it; in the caller's transaction only the COPY is undone, and
+    a job enqueued there before it stays."""
+    db.execute(
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'poisoned job'; END; $$;"
+        " CREATE TRIGGER refuse_poison BEFORE INSERT ON jobs FOR EACH ROW"
+        " WHEN (NEW.args ? 'poison') EXECUTE FUNCTION refuse_poison()"
+    )
+    jobs: list[dict[str, Any]] = [{"task": "t", "args": {"n": n}} for n in range(1000)]
+    jobs[700] = {"task": "t", "args": {"poison": True}}
+    with pytest.raises(psycopg.errors.RaiseException, match="poisoned job"):
+        queue.enqueue_many(jobs)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+    with psycopg.connect(dsn) as conn:
+        kept = queue.enqueue("kept", conn=conn)
+        with pytest.raises(psycopg.errors.RaiseException, match="poisoned job"):
+            queue.enqueue_many(jobs, conn=conn)
+        conn.commit()
+    assert copies == [1000, 1000]
+    assert [job.id for job in queue.jobs()] == [kept]
+
+
+def test_copy_stores_the_hooks_headers_and_tells_the_ids(queue, db, copies):
+    """The enqueue hook's headers land in each copied job's meta, and it is told the ids;
+    subscribers hear one job.enqueued for the batch."""
+    sent: list[list[int]] = []
+    heard: list[pgbaton.Event] = []
+
+    class Span:
+        headers: ClassVar[dict[str, str]] = {"traceparent": "00-abc-def-01"}
+
+        def sent(self, job_ids: list[int]) -> None:
+            sent.append(list(job_ids))
+
+    @contextlib.contextmanager
+    def hook(queue_name: str | None, count: int) -> Iterator[Span]:
+        assert (queue_name, count) == ("default", 600)
+        yield Span()
+
+    queue.events.enqueue_hook = hook
+    queue.events.subscribe(heard.append)
+    ids = queue.enqueue_many([{"task": "t"}] * 600)
+    assert copies == [600]
+    assert sent == [ids]
+    assert queue.events.flush()
+    assert [(e.name, e.job_id, e.count) for e in heard] == [("job.enqueued", ids[0], 600)]
+    metas = db.execute("SELECT DISTINCT meta FROM jobs").fetchall()
+    assert metas == [{"meta": {"traceparent": "00-abc-def-01"}}]
+
+
+def test_a_large_batch_with_idempotency_keys_takes_the_insert(queue, copies):
+    """COPY cannot skip a taken key, so such a batch is one INSERT: a key repeated in it
+    gets the first job's id."""
+    jobs = [{"task": "t", "idempotency_key": f"k{n % 300}"} for n in range(600)]
+    ids = queue.enqueue_many(jobs)
+    assert copies == []
+    assert ids[:300] == ids[300:] and len(set(ids)) == 300
+
+
+async def test_the_async_queue_copies_a_large_batch_into_the_callers_transaction(aqueue, dsn):
+    """AsyncQueue's COPY (psycopg's AsyncCopy) writes in the caller's transaction, with
+    scheduled jobs among due ones; nothing is claimable before the commit."""
+    jobs = [{"task": "t", "args": {"n": n}, **({"delay": 60} if n % 2 else {})}
+            for n in range(800)]
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        ids = await aqueue.enqueue_many(jobs, conn=conn)
+        assert await aqueue.claim("w") == []
+        await conn.commit()
+    claims = await aqueue.claim("w", limit=1000)
+    assert [c.id for c in claims] == ids[::2]
+    assert [c.args for c in claims] == [{"n": n} for n in range(0, 800, 2)]
