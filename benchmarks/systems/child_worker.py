@@ -21,6 +21,19 @@ class ChildWorker:
     def __init__(self, name: str) -> None:
         self.name = name
         self.process: asyncio.subprocess.Process | None = None
+        self._starts: asyncio.Task[None] | None = None
+
+    def follow_starts(self) -> asyncio.Task[None]:
+        """Read its handler starts in the background, until finish(); the task ends
+        early if the worker dies (System.check_worker watches it)."""
+        self._starts = asyncio.create_task(self.read_starts(), name=f"{self.name} starts")
+        return self._starts
+
+    async def finish(self) -> None:
+        """Stop it and wait for the last of its starts (raises if it failed)."""
+        assert self._starts is not None
+        self.stop()
+        await self._starts
 
     async def start(self, command: list[str], cwd: Path, env: Mapping[str, str]) -> None:
         self.process = await asyncio.create_subprocess_exec(
@@ -79,3 +92,18 @@ class ChildWorker:
         for child in descendants:
             with contextlib.suppress(psutil.Error):
                 child.kill()
+
+
+class ChildWorkerMethods:
+    """The System methods of a system whose worker is a ChildWorker (self.child)."""
+
+    child: ChildWorker
+
+    def worker_rss(self) -> int:
+        return self.child.rss()
+
+    def worker_cpu_seconds(self) -> float:
+        return self.child.cpu_seconds()
+
+    async def stop_worker(self) -> None:
+        await self.child.finish()

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import psycopg
 
 from .base import System
-from .child_worker import ChildWorker
+from .child_worker import ChildWorker, ChildWorkerMethods
 
 NODE_PROJECT = Path(__file__).resolve().parents[1] / "graphile"
 PACKAGE = NODE_PROJECT / "node_modules" / "graphile-worker"
@@ -34,7 +34,7 @@ if shutil.which("node") is None or not PACKAGE.is_dir():
     raise ImportError(f"Graphile Worker is not installed in {NODE_PROJECT} (npm ci there)")
 
 
-class GraphileSystem(System):
+class GraphileSystem(ChildWorkerMethods, System):
     distribution = None
     python = False
     tuned: ClassVar[bool] = False
@@ -97,18 +97,8 @@ class GraphileSystem(System):
         line = await asyncio.wait_for(self.child.readline(), STARTUP_SECONDS)
         if line.strip() != b"READY":
             raise RuntimeError(f"Graphile Worker did not start: {line!r}")
-        self.worker_task = asyncio.create_task(self.child.read_starts(), name="graphile starts")
+        self.worker_task = self.child.follow_starts()
 
-    def worker_rss(self) -> int:
-        return self.child.rss()
-
-    def worker_cpu_seconds(self) -> float:
-        return self.child.cpu_seconds()
-
-    async def stop_worker(self) -> None:
-        assert self.worker_task is not None
-        self.child.stop()
-        await self.worker_task
 
 
 class GraphileDefaults(GraphileSystem):

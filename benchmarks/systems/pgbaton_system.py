@@ -14,7 +14,7 @@ from pgbaton.worker import Worker, WorkerConfig
 
 from ..common import PROBE, REPORT_STARTS_ENV
 from .base import ALL_CASES, FLOW_CASES, System
-from .child_worker import ChildWorker
+from .child_worker import ChildWorker, ChildWorkerMethods
 
 SCHEMA = "pgbaton"
 FILL_CHUNK = 1_000_000
@@ -179,7 +179,7 @@ class PgbatonClaimingAhead(PgbatonSystem):
         self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
 
 
-class PgbatonProcesses(PgbatonSystem):
+class PgbatonProcesses(ChildWorkerMethods, PgbatonSystem):
     """pgbaton as `pgbaton worker --processes 2` runs it: a supervisor and two worker
     processes, each with its own asyncio loop, splitting concurrency N between them."""
 
@@ -222,18 +222,8 @@ class PgbatonProcesses(PgbatonSystem):
         # The worker processes inherit the supervisor's standard output: their handlers
         # write their starts there (common.Probe in reporting mode).
         await self.child.start(command, ROOT, {**os.environ, REPORT_STARTS_ENV: "stdout"})
-        self.worker_task = asyncio.create_task(self.child.read_starts(), name="pgbaton starts")
+        self.worker_task = self.child.follow_starts()
 
-    def worker_rss(self) -> int:
-        return self.child.rss()
-
-    def worker_cpu_seconds(self) -> float:
-        return self.child.cpu_seconds()
-
-    async def stop_worker(self) -> None:
-        assert self.worker_task is not None
-        self.child.stop()
-        await self.worker_task
 
 
 class PgbatonProcessesClaimingAhead(PgbatonProcesses):
