@@ -104,6 +104,13 @@ def _claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBatch:
     return ClaimBatch(claims, max(due, 0.0))
 
 
+def _accepted(rows: list[tuple[Any, ...]], count: int) -> list[bool]:
+    """For each input position of a *_many statement read as tuples (the position
+    first), whether its row was changed."""
+    positions = {row[0] for row in rows}
+    return [position in positions for position in range(1, count + 1)]
+
+
 def _changed(rows: list[Row], count: int) -> list[bool]:
     """For each input position of a *_many statement, whether its row was changed."""
     positions = {row["position"] for row in rows}
@@ -280,8 +287,7 @@ class AsyncQueue:
     ) -> list[bool]:
         """Run a *_many statement; for each input position, whether its row changed."""
         _, rows = await self._fetch_tuples(name, params)
-        positions = {row[0] for row in rows}
-        return [position in positions for position in range(1, count + 1)]
+        return _accepted(rows, count)
 
     # -- schema ---------------------------------------------------------------------
 
@@ -702,8 +708,7 @@ class AsyncQueue:
                     await conn.execute(self._sql["queue_notify_freed"],
                                        {"channel": self.channel, "queues": freed})
                 await claimed.execute(self._sql["job_claim_flow"], claim)
-            positions = {row[0] for row in await completed.fetchall()}
-            accepted = [p in positions for p in range(1, len(outcomes) + 1)]
+            accepted = _accepted(await completed.fetchall(), len(outcomes))
             assert claimed.description is not None
             columns = [column.name for column in claimed.description]
             return accepted, _claim_batch(columns, await claimed.fetchall())
