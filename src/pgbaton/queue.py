@@ -694,7 +694,8 @@ class Queue:
         two round trips per turn of its slots; together they cost one. The claim sees
         the room the completions made (same transaction). Raises what either raises,
         with nothing written (UniqueViolation included: the caller writes the
-        completions alone)."""
+        completions alone). Its commit waits for the disk, as complete_many()'s does,
+        though the claim alone would not."""
         complete = self._complete_params(outcomes)
         claim = _claim_params(worker_id, limit, lease, queues, tasks)
         freed = sorted({c.queue for c, _ in outcomes} & self.limited_queues)
@@ -710,6 +711,7 @@ class Queue:
                     conn.execute(self._sql["queue_notify_freed"],
                                        {"channel": self.channel, "queues": freed})
                 claimed.execute(self._sql["job_claim_flow"], claim)
+                conn.execute(self._sql["transaction_wait_for_disk"])
             accepted = _accepted(completed.fetchall(), len(outcomes))
             assert claimed.description is not None
             columns = [column.name for column in claimed.description]

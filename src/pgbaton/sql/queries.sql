@@ -208,6 +208,12 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 SELECT * FROM __schema__.job_claim_flow(
     %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[]);
 
+-- name: transaction_wait_for_disk
+-- Ends a claim's `synchronous_commit off` for the rest of its transaction, back to the
+-- session's own setting: complete_and_claim sends its completions in the same
+-- transaction, and a completion the worker is told of must not be undone by a crash.
+SET LOCAL synchronous_commit TO DEFAULT;
+
 -- name: queue_flow_state
 -- What the claim needs to know, cheaply: whether any queue is paused or limited (then
 -- claims go through job_claim_flow), and which are limited (their completions wake the
