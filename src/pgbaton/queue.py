@@ -16,6 +16,7 @@ import threading
 import datetime as dt
 import math
 import time
+from collections import Counter
 from collections.abc import Iterator, Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -686,8 +687,8 @@ class Queue:
         queues: Iterable[str] | None = None,
         tasks: Iterable[str] | None = None,
     ) -> tuple[list[bool], ClaimBatch]:
-        """complete_many() and notify_freed(), then a flow claim, in one transaction
-        sent in one round trip.
+        """complete_many(), then a flow claim, in one transaction sent in one round
+        trip; then notify_freed() for the room the claim did not take.
 
         For limited queues: a job counts against its queue's limit until its completion
         commits, so completing and then claiming apart costs a worker two commits and
@@ -698,24 +699,36 @@ class Queue:
         though the claim alone would not."""
         complete = self._complete_params(outcomes)
         claim = _claim_params(worker_id, limit, lease, queues, tasks)
-        freed = sorted({c.queue for c, _ in outcomes} & self.limited_queues)
         with (
             self._connection() as conn,
             conn.cursor(row_factory=tuple_row, binary=True) as completed,
             conn.cursor(row_factory=tuple_row, binary=True) as claimed,
         ):
             claimed.adapters.register_loader("jsonb", JsonbBinaryLoader)
-            with conn.pipeline(), conn.transaction():
+            # The pooled connection is in autocommit: the statements up to the
+            # pipeline's Sync are one implicit transaction, without BEGIN and COMMIT.
+            with conn.pipeline():
                 completed.execute(self._sql["job_complete_many"], complete)
-                if freed:  # as notify_freed(), delivered at the commit
-                    conn.execute(self._sql["queue_notify_freed"],
-                                       {"channel": self.channel, "queues": freed})
                 claimed.execute(self._sql["job_claim_flow"], claim)
                 conn.execute(self._sql["transaction_wait_for_disk"])
             accepted = _accepted(completed.fetchall(), len(outcomes))
             assert claimed.description is not None
             columns = [column.name for column in claimed.description]
-            return accepted, _claim_batch(columns, claimed.fetchall())
+            batch = _claim_batch(columns, claimed.fetchall())
+        self._notify_room_left(
+            [c for (c, _), done in zip(outcomes, accepted, strict=True) if done], batch.claims
+        )
+        return accepted, batch
+
+    def _notify_room_left(self, finished: Sequence[Claim], claimed: Sequence[Claim]) -> None:
+        """notify_freed() for the limited queues where these finished jobs made more room
+        than the claim made with them took: the rest of the fleet is woken only when
+        there is room left for it."""
+        room = Counter(c.queue for c in finished if c.queue in self.limited_queues)
+        room.subtract(c.queue for c in claimed)
+        left = sorted(queue for queue, count in room.items() if count > 0)
+        if left:
+            self._fetch("queue_notify_freed", {"channel": self.channel, "queues": left})
 
     def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every

@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -684,8 +685,8 @@ class AsyncQueue:
         queues: Iterable[str] | None = None,
         tasks: Iterable[str] | None = None,
     ) -> tuple[list[bool], ClaimBatch]:
-        """complete_many() and notify_freed(), then a flow claim, in one transaction
-        sent in one round trip.
+        """complete_many(), then a flow claim, in one transaction sent in one round
+        trip; then notify_freed() for the room the claim did not take.
 
         For limited queues: a job counts against its queue's limit until its completion
         commits, so completing and then claiming apart costs a worker two commits and
@@ -696,24 +697,36 @@ class AsyncQueue:
         though the claim alone would not."""
         complete = self._complete_params(outcomes)
         claim = _claim_params(worker_id, limit, lease, queues, tasks)
-        freed = sorted({c.queue for c, _ in outcomes} & self.limited_queues)
         async with (
             self._connection() as conn,
             conn.cursor(row_factory=tuple_row, binary=True) as completed,
             conn.cursor(row_factory=tuple_row, binary=True) as claimed,
         ):
             claimed.adapters.register_loader("jsonb", JsonbBinaryLoader)
-            async with conn.pipeline(), conn.transaction():
+            # The pooled connection is in autocommit: the statements up to the
+            # pipeline's Sync are one implicit transaction, without BEGIN and COMMIT.
+            async with conn.pipeline():
                 await completed.execute(self._sql["job_complete_many"], complete)
-                if freed:  # as notify_freed(), delivered at the commit
-                    await conn.execute(self._sql["queue_notify_freed"],
-                                       {"channel": self.channel, "queues": freed})
                 await claimed.execute(self._sql["job_claim_flow"], claim)
                 await conn.execute(self._sql["transaction_wait_for_disk"])
             accepted = _accepted(await completed.fetchall(), len(outcomes))
             assert claimed.description is not None
             columns = [column.name for column in claimed.description]
-            return accepted, _claim_batch(columns, await claimed.fetchall())
+            batch = _claim_batch(columns, await claimed.fetchall())
+        await self._notify_room_left(
+            [c for (c, _), done in zip(outcomes, accepted, strict=True) if done], batch.claims
+        )
+        return accepted, batch
+
+    async def _notify_room_left(self, finished: Sequence[Claim], claimed: Sequence[Claim]) -> None:
+        """notify_freed() for the limited queues where these finished jobs made more room
+        than the claim made with them took: the rest of the fleet is woken only when
+        there is room left for it."""
+        room = Counter(c.queue for c in finished if c.queue in self.limited_queues)
+        room.subtract(c.queue for c in claimed)
+        left = sorted(queue for queue, count in room.items() if count > 0)
+        if left:
+            await self._fetch("queue_notify_freed", {"channel": self.channel, "queues": left})
 
     async def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every

@@ -129,6 +129,39 @@ def test_completing_and_claiming_at_once_fills_the_room_the_completions_make(
     assert statuses == ["running", "running"]
 
 
+def _wakeups_before_sentinel(listener: psycopg.Connection, queue: pgbaton.Queue) -> list[str]:
+    """The payloads the fleet was sent on the queue's channel, up to a sentinel sent now
+    (notifications arrive in commit order, so nothing sent earlier comes after it)."""
+    with psycopg.connect(queue.dsn, autocommit=True) as sender:
+        sender.execute("SELECT pg_notify(%s, 'sentinel')", (queue.channel,))
+    payloads = []
+    for note in listener.notifies(timeout=10):
+        if note.payload == "sentinel":
+            return payloads
+        payloads.append(note.payload)
+    raise AssertionError("the sentinel notification never arrived")
+
+
+def test_completing_and_claiming_wakes_the_fleet_only_for_room_it_did_not_take(
+    queue: pgbaton.Queue,
+):
+    """Completions of a limited queue make room; the claim sent with them takes what it
+    can, and the rest of the fleet is woken (the queue's name on the channel) only when
+    some room is left over."""
+    queue.enqueue_many([{"task": "t", "queue": "q"}] * 5)
+    queue.set_concurrency("q", 2)
+    with psycopg.connect(queue.dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{queue.channel}"')
+        first = queue.claim("w", limit=10)
+        assert len(first) == 2
+        _, batch = queue.complete_and_claim([(c, None) for c in first], "w", limit=10)
+        assert len(batch.claims) == 2  # all the room taken: nobody else to wake
+        assert _wakeups_before_sentinel(listener, queue) == []
+        _, batch = queue.complete_and_claim([(c, None) for c in batch.claims], "w", limit=10)
+        assert len(batch.claims) == 1  # the last job: one place left in the queue
+        assert _wakeups_before_sentinel(listener, queue) == ["q"]
+
+
 def test_a_rate_limited_claim_says_when_the_next_start_is_due(queue: pgbaton.Queue):
     """Once the window is full the claim gets nothing, and is told in how many seconds
     the first start leaves the window."""
