@@ -138,7 +138,7 @@ async def latency_timeline(dsn: str, jobs: int) -> None:
         await conn.execute(f"TRUNCATE {SCHEMA}.jobs")  # type: ignore[arg-type]
     worker = Worker(app, WorkerConfig(concurrency=8, dsn=dsn))
     marks: dict[str, float] = {}
-    wake, claim = worker._wake, worker.queue.claim
+    wake, claim_batch = worker._wake, worker.queue.claim_batch
 
     def timed_wake(reason: str) -> None:
         marks.setdefault("notified", time.perf_counter())
@@ -146,13 +146,13 @@ async def latency_timeline(dsn: str, jobs: int) -> None:
 
     async def timed_claim(*args: Any, **kwargs: Any) -> Any:
         before = time.perf_counter()
-        claims = await claim(*args, **kwargs)
-        if claims:
+        batch = await claim_batch(*args, **kwargs)
+        if batch.claims:
             marks["claim_sent"], marks["claimed"] = before, time.perf_counter()
-        return claims
+        return batch
 
     worker._wake = timed_wake  # type: ignore[method-assign]
-    worker.queue.claim = timed_claim  # type: ignore[method-assign]
+    worker.queue.claim_batch = timed_claim  # type: ignore[method-assign]
     running = asyncio.create_task(worker.run())
     rng = random.Random(7)
     steps: dict[str, list[float]] = {

@@ -213,6 +213,7 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     lines += render_targets(evaluate_targets(results, summary), labels)
+    lines += render_flow_targets(summary, labels)
     if notes:
         lines.append("Failures:")
         lines.append("")
@@ -376,6 +377,40 @@ def render_targets(targets: list[dict[str, Any]], labels: dict[str, str]) -> lis
         lines.append("| " + " | ".join([t["target"], reference, *cols]) + " |")
     lines.append("")
     return lines
+
+
+FLOW_SPECS = (
+    # (target, case_id, system, reference system, comparison, threshold)
+    ("Queue limit 8: drain at concurrency 8 \u2265 0.8\u00d7 an unlimited worker's",
+     "drain_c8", "pgbaton_limit8", "pgbaton", ">=", 0.8),
+    ("Claim behind 100,000 jobs of a paused queue \u2264 2\u00d7 a claim behind none "
+     "(p50)", "claim_blocked_100000", "pgbaton", "claim_blocked_0", "<=", 2.0),
+)
+
+
+def render_flow_targets(summary: list[dict[str, Any]], labels: dict[str, str]) -> list[str]:
+    """Issue 14's two speed targets, from this run's medians: the drain of a queue limited
+    to 8 against the unlimited drain, and the claim behind blocked jobs against the claim
+    behind none."""
+    rows = []
+    for title, case_id, system, reference, comparison, threshold in FLOW_SPECS:
+        if reference.startswith("claim_blocked_"):
+            value = _median(_cells(summary, case_id, "claim_p50_ms"), system)
+            base = _median(_cells(summary, reference, "claim_p50_ms"), system)
+            against = f"{labels.get(system, system)}, {reference.rsplit('_', 1)[1]} blocked"
+        else:
+            cells = _cells(summary, case_id, "jobs_per_s")
+            value, base = _median(cells, system), _median(cells, reference)
+            against = labels.get(reference, reference)
+        if value is None or not base:
+            rows.append(f"| {title} | {against} | {DASH} | not measured |")
+            continue
+        ratio = value / base
+        met = ratio >= threshold if comparison == ">=" else ratio <= threshold
+        rows.append(f"| {title} | {against} | {ratio:.2f}{TIMES} | "
+                    f"{'**met**' if met else 'missed'} |")
+    return ["## Issue 14's speed targets in this run", "",
+            "| target | reference | ratio | |", "|---|---|--:|---|", *rows, ""]
 
 
 METHOD = """\

@@ -688,7 +688,8 @@ class Queue:
         tasks: Iterable[str] | None = None,
     ) -> tuple[list[bool], ClaimBatch]:
         """complete_many(), then a flow claim, in one transaction sent in one round
-        trip; then notify_freed() for the room the claim did not take.
+        trip. The caller then wakes the fleet for the room the claim did not take:
+        notify_freed(the accepted claims, taken=the batch's claims).
 
         For limited queues: a job counts against its queue's limit until its completion
         commits, so completing and then claiming apart costs a worker two commits and
@@ -715,20 +716,7 @@ class Queue:
             assert claimed.description is not None
             columns = [column.name for column in claimed.description]
             batch = _claim_batch(columns, claimed.fetchall())
-        self._notify_room_left(
-            [c for (c, _), done in zip(outcomes, accepted, strict=True) if done], batch.claims
-        )
         return accepted, batch
-
-    def _notify_room_left(self, finished: Sequence[Claim], claimed: Sequence[Claim]) -> None:
-        """notify_freed() for the limited queues where these finished jobs made more room
-        than the claim made with them took: the rest of the fleet is woken only when
-        there is room left for it."""
-        room = Counter(c.queue for c in finished if c.queue in self.limited_queues)
-        room.subtract(c.queue for c in claimed)
-        left = sorted(queue for queue, count in room.items() if count > 0)
-        if left:
-            self._fetch("queue_notify_freed", {"channel": self.channel, "queues": left})
 
     def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every
@@ -742,16 +730,21 @@ class Queue:
             self._flow_read_at = now
         return self._flow_controlled
 
-    def notify_freed(self, claims: Sequence[Claim]) -> None:
+    def notify_freed(
+        self, claims: Sequence[Claim], *, taken: Sequence[Claim] = ()
+    ) -> None:
         """Tell the fleet that these claims' jobs have finished, for those of limited
         queues: room for one more in each, perhaps on another worker that sleeps until
-        it hears so (the worker calls this after writing outcomes)."""
-        if self.limited_queues:
-            freed = sorted({c.queue for c in claims} & self.limited_queues)
-            if freed:
-                self._fetch(
-                    "queue_notify_freed", {"channel": self.channel, "queues": freed}
-                )
+        it hears so (the worker calls this after writing outcomes). `taken`: claims this
+        worker made with that room (complete_and_claim); a queue whose room they all
+        took wakes nobody."""
+        if not self.limited_queues:
+            return
+        room = Counter(c.queue for c in claims if c.queue in self.limited_queues)
+        room.subtract(c.queue for c in taken)
+        freed = sorted(queue for queue, count in room.items() if count > 0)
+        if freed:
+            self._fetch("queue_notify_freed", {"channel": self.channel, "queues": freed})
 
     def heartbeat(
         self, claim_or_claims: Claim | Iterable[Claim], *, lease: float = 30.0

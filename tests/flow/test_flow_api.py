@@ -142,12 +142,12 @@ def _wakeups_before_sentinel(listener: psycopg.Connection, queue: pgbaton.Queue)
     raise AssertionError("the sentinel notification never arrived")
 
 
-def test_completing_and_claiming_wakes_the_fleet_only_for_room_it_did_not_take(
+def test_the_fleet_is_woken_only_for_room_the_claim_made_with_it_did_not_take(
     queue: pgbaton.Queue,
 ):
     """Completions of a limited queue make room; the claim sent with them takes what it
-    can, and the rest of the fleet is woken (the queue's name on the channel) only when
-    some room is left over."""
+    can, and notify_freed(..., taken=those claims) wakes the rest of the fleet (the
+    queue's name on the channel) only when some room is left over."""
     queue.enqueue_many([{"task": "t", "queue": "q"}] * 5)
     queue.set_concurrency("q", 2)
     with psycopg.connect(queue.dsn, autocommit=True) as listener:
@@ -156,9 +156,14 @@ def test_completing_and_claiming_wakes_the_fleet_only_for_room_it_did_not_take(
         assert len(first) == 2
         _, batch = queue.complete_and_claim([(c, None) for c in first], "w", limit=10)
         assert len(batch.claims) == 2  # all the room taken: nobody else to wake
+        queue.notify_freed(first, taken=batch.claims)
         assert _wakeups_before_sentinel(listener, queue) == []
-        _, batch = queue.complete_and_claim([(c, None) for c in batch.claims], "w", limit=10)
+        second = batch.claims
+        _, batch = queue.complete_and_claim([(c, None) for c in second], "w", limit=10)
         assert len(batch.claims) == 1  # the last job: one place left in the queue
+        queue.notify_freed(second, taken=batch.claims)
+        assert _wakeups_before_sentinel(listener, queue) == ["q"]
+        queue.notify_freed(batch.claims)  # a plain write's wake-up, nothing taken
         assert _wakeups_before_sentinel(listener, queue) == ["q"]
 
 

@@ -116,7 +116,8 @@ class Producer:
         that saves a turn: this worker serves a limited queue, whose room these
         completions make. None when it does not run (no limited queue, no free slot, the
         producer claiming now, the worker stopping); the caller then writes alone.
-        Raises what the write raises, with nothing written."""
+        Raises what the write raises, with nothing written. Then wakes the fleet for
+        room the claim left; a wake-up that fails is logged, never raised."""
         if (self._stopping.is_set() or self._claiming.locked()
                 or not self.held.heartbeat_ok.is_set()
                 or self.queue.limited_queues.isdisjoint(c.queue for c, _ in outcomes)):
@@ -132,6 +133,16 @@ class Producer:
             )
         if batch.claims:
             self._start(batch.claims, sent)
+        finished = [claim for (claim, _), done in zip(outcomes, accepted, strict=True) if done]
+        try:
+            # Written and claimed: a wake-up that fails is not retried (those workers
+            # poll), and must not make the caller write these completions again.
+            await self.queue.notify_freed(finished, taken=batch.claims)
+        except Exception as error:
+            if is_transient(error):
+                logger.warning("could not wake the workers of limited queues (%s)", error)
+            else:
+                logger.exception("could not wake the workers of limited queues")
         return accepted
 
     async def _until(self, event: asyncio.Event, timeout: float | None = None) -> None:
