@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import math
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -79,7 +80,7 @@ Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
 
 def _claim_params(
     worker_id: str, limit: int, lease: float, queues: Iterable[str] | None,
-    tasks: Iterable[str] | None,
+    tasks: Iterable[str] | None, *, finished: Iterable[uuid.UUID] | None = None,
 ) -> dict[str, Any]:
     return {
         "worker_id": check_name("worker_id", worker_id),
@@ -87,7 +88,19 @@ def _claim_params(
         "lease": check_lease(lease),
         "queues": check_queues(queues),
         "tasks": check_tasks(tasks),
+        "finished": _check_tokens("finished", finished),
     }
+
+
+def _check_tokens(name: str, tokens: Iterable[uuid.UUID] | None) -> list[uuid.UUID] | None:
+    if tokens is None:
+        return None
+    checked = list(tokens)
+    for token in checked:
+        if not isinstance(token, uuid.UUID):
+            raise InvalidArgument(f"{name} must hold claim tokens (uuid.UUID), "
+                                  f"got {token!r}")
+    return checked or None
 
 
 def _claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBatch:
@@ -660,10 +673,14 @@ class AsyncQueue:
         lease: float = 30.0,
         queues: Iterable[str] | None = None,
         tasks: Iterable[str] | None = None,
+        finished: Iterable[uuid.UUID] | None = None,
     ) -> ClaimBatch:
         """As claim(), and when a rate-limited queue is full, in how many seconds its
-        next start is due."""
-        params = _claim_params(worker_id, limit, lease, queues, tasks)
+        next start is due. `finished`: the claim tokens of this worker's jobs whose
+        handlers have ended and whose outcomes are not written yet; they no longer count
+        against their queues' concurrency limits (a worker's own bookkeeping: a token of
+        a job still running would let the limit be passed)."""
+        params = _claim_params(worker_id, limit, lease, queues, tasks, finished=finished)
         statement = "job_claim_flow" if await self._flow_is_on() else "job_claim_many"
         for _ in range(3):
             try:
@@ -674,47 +691,6 @@ class AsyncQueue:
                 continue
             return _claim_batch(columns, rows)
         return ClaimBatch([])
-
-    async def complete_and_claim(
-        self,
-        outcomes: Sequence[tuple[Claim, Any]],
-        worker_id: str,
-        *,
-        limit: int,
-        lease: float = 30.0,
-        queues: Iterable[str] | None = None,
-        tasks: Iterable[str] | None = None,
-    ) -> tuple[list[bool], ClaimBatch]:
-        """complete_many(), then a flow claim, in one transaction sent in one round
-        trip. The caller then wakes the fleet for the room the claim did not take:
-        notify_freed(the accepted claims, taken=the batch's claims).
-
-        For limited queues: a job counts against its queue's limit until its completion
-        commits, so completing and then claiming apart costs a worker two commits and
-        two round trips per turn of its slots; together they cost one. The claim sees
-        the room the completions made (same transaction). Raises what either raises,
-        with nothing written (UniqueViolation included: the caller writes the
-        completions alone). Its commit waits for the disk, as complete_many()'s does,
-        though the claim alone would not."""
-        complete = self._complete_params(outcomes)
-        claim = _claim_params(worker_id, limit, lease, queues, tasks)
-        async with (
-            self._connection() as conn,
-            conn.cursor(row_factory=tuple_row, binary=True) as completed,
-            conn.cursor(row_factory=tuple_row, binary=True) as claimed,
-        ):
-            claimed.adapters.register_loader("jsonb", JsonbBinaryLoader)
-            # The pooled connection is in autocommit: the statements up to the
-            # pipeline's Sync are one implicit transaction, without BEGIN and COMMIT.
-            async with conn.pipeline():
-                await completed.execute(self._sql["job_complete_many"], complete)
-                await claimed.execute(self._sql["job_claim_flow"], claim)
-                await conn.execute(self._sql["transaction_wait_for_disk"])
-            accepted = _accepted(await completed.fetchall(), len(outcomes))
-            assert claimed.description is not None
-            columns = [column.name for column in claimed.description]
-            batch = _claim_batch(columns, await claimed.fetchall())
-        return accepted, batch
 
     async def _flow_is_on(self) -> bool:
         """Whether any queue is paused or limited, re-read at most every
@@ -734,8 +710,8 @@ class AsyncQueue:
         """Tell the fleet that these claims' jobs have finished, for those of limited
         queues: room for one more in each, perhaps on another worker that sleeps until
         it hears so (the worker calls this after writing outcomes). `taken`: claims this
-        worker made with that room (complete_and_claim); a queue whose room they all
-        took wakes nobody."""
+        worker made with that room (claim_batch's `finished`); a queue whose room they
+        all took wakes nobody."""
         if not self.limited_queues:
             return
         room = Counter(c.queue for c in claims if c.queue in self.limited_queues)

@@ -59,26 +59,3 @@ def test_a_crash_takes_back_an_unflushed_claim_but_never_an_acknowledged_complet
     with pgbaton.Queue(server.dsn, schema="crash") as queue:
         job = queue.get(job_id)
         assert job is not None and (job.status, job.result) == ("done", {"by": "second"})
-
-
-def test_a_completion_written_with_the_next_claim_survives_a_crash(
-    server: servers.Server,
-) -> None:
-    """complete_and_claim puts completions and a claim in one transaction; the claim's
-    own commit need not wait for the disk, but the completions in it were acknowledged,
-    so that commit must: after a crash the first job is still done, and the claim made
-    with it, committed in the same transaction, is there too."""
-    with pgbaton.Queue(server.dsn, schema="crash") as queue:
-        queue.migrate()
-        first_id, second_id = queue.enqueue_many([{"task": "t", "queue": "q"}] * 2)
-        queue.set_concurrency("q", 1)
-    with pgbaton.Queue(server.dsn, schema="crash") as queue:
-        (first,) = queue.claim("w", limit=5, lease=30)
-        accepted, batch = queue.complete_and_claim([(first, {"by": "w"})], "w", limit=5)
-        assert accepted == [True] and [c.id for c in batch.claims] == [second_id]
-        crash_and_restart(server)
-    with pgbaton.Queue(server.dsn, schema="crash") as queue:
-        done = queue.get(first_id)
-        assert done is not None and (done.status, done.result) == ("done", {"by": "w"})
-        claimed = queue.get(second_id)
-        assert claimed is not None and (claimed.status, claimed.attempts) == ("running", 1)

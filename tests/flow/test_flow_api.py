@@ -5,6 +5,7 @@ and left untouched by a refused call."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import psycopg
 import psycopg.conninfo
@@ -96,37 +97,32 @@ def test_the_next_claim_obeys_each_setting(queue: pgbaton.Queue):
     assert _settings(queue, "q").held == 3
 
 
-def test_completing_and_claiming_at_once_fills_the_room_the_completions_make(
+def test_a_claim_takes_the_room_of_its_own_finished_jobs_before_they_are_written(
     queue: pgbaton.Queue, db
 ):
-    """complete_and_claim: the claim sees the room its own completions make, a lost
-    claim's completion is refused in it, and when the claim fails (here: the queue's
-    row is locked past lock_timeout) nothing is written, the completions neither."""
+    """claim_batch(finished=tokens): jobs whose handlers ended and whose completions are
+    not written yet no longer count against the limit in that claim, and in no other
+    worker's; a token that is not a held job's frees nothing; tokens that are not UUIDs
+    are refused before anything runs."""
     queue.enqueue_many([{"task": "t", "queue": "q"}] * 10)
     queue.set_concurrency("q", 3)
     held = queue.claim("w", limit=10)
     assert len(held) == 3
-    db.execute("UPDATE jobs SET claim_token = gen_random_uuid() WHERE id = %s", (held[2].id,))
-    accepted, batch = queue.complete_and_claim(
-        [(held[0], {"n": 0}), (held[1], None), (held[2], None)], "w", limit=10
-    )
-    assert accepted == [True, True, False]
-    assert len(batch.claims) == 2  # two slots freed; the third job is still held
+    assert queue.claim_batch("other", limit=10).claims == []
+    assert queue.claim_batch("w", limit=10, finished=[uuid.uuid4()]).claims == []
+    batch = queue.claim_batch("w", limit=10, finished=[held[0].token, held[1].token])
+    assert len(batch.claims) == 2  # two handlers ended; the third still runs
+    # The database still counts the two finished ones until their completions commit.
+    assert _settings(queue, "q").held == 5
+    assert queue.complete_many([(held[0], None), (held[1], None)]) == [True, True]
     assert _settings(queue, "q").held == 3
-
-    impatient = pgbaton.Queue(
-        psycopg.conninfo.make_conninfo(queue.dsn, options="-c lock_timeout=100ms"),
-        schema=queue.schema,
-    )
-    with impatient, psycopg.connect(queue.dsn, autocommit=False) as locker:
-        locker.execute(f'SELECT 1 FROM "{queue.schema}".queues WHERE name = %s FOR UPDATE',
-                       ("q",))
-        with pytest.raises(psycopg.errors.LockNotAvailable):
-            impatient.complete_and_claim([(c, None) for c in batch.claims], "w", limit=10)
-        locker.rollback()
-    statuses = [r["status"] for r in db.execute(
-        "SELECT status FROM jobs WHERE id = ANY(%s)", ([c.id for c in batch.claims],))]
-    assert statuses == ["running", "running"]
+    assert queue.claim_batch("other", limit=10).claims == []
+    with pytest.raises(pgbaton.InvalidArgument, match="finished must hold claim tokens"):
+        queue.claim_batch("w", limit=10, finished=["not-a-token"])  # type: ignore[list-item]
+    statuses = db.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status "
+                          "ORDER BY status").fetchall()
+    assert statuses == [{"status": "done", "n": 2}, {"status": "pending", "n": 5},
+                        {"status": "running", "n": 3}]
 
 
 def _wakeups_before_sentinel(listener: psycopg.Connection, queue: pgbaton.Queue) -> list[str]:
@@ -145,22 +141,24 @@ def _wakeups_before_sentinel(listener: psycopg.Connection, queue: pgbaton.Queue)
 def test_the_fleet_is_woken_only_for_room_the_claim_made_with_it_did_not_take(
     queue: pgbaton.Queue,
 ):
-    """Completions of a limited queue make room; the claim sent with them takes what it
-    can, and notify_freed(..., taken=those claims) wakes the rest of the fleet (the
-    queue's name on the channel) only when some room is left over."""
+    """Completions of a limited queue make room; a claim passing them as finished takes
+    what it can, and notify_freed(..., taken=those claims) wakes the rest of the fleet
+    (the queue's name on the channel) only when some room is left over."""
     queue.enqueue_many([{"task": "t", "queue": "q"}] * 5)
     queue.set_concurrency("q", 2)
     with psycopg.connect(queue.dsn, autocommit=True) as listener:
         listener.execute(f'LISTEN "{queue.channel}"')
         first = queue.claim("w", limit=10)
         assert len(first) == 2
-        _, batch = queue.complete_and_claim([(c, None) for c in first], "w", limit=10)
+        batch = queue.claim_batch("w", limit=10, finished=[c.token for c in first])
         assert len(batch.claims) == 2  # all the room taken: nobody else to wake
+        queue.complete_many([(c, None) for c in first])
         queue.notify_freed(first, taken=batch.claims)
         assert _wakeups_before_sentinel(listener, queue) == []
         second = batch.claims
-        _, batch = queue.complete_and_claim([(c, None) for c in second], "w", limit=10)
+        batch = queue.claim_batch("w", limit=10, finished=[c.token for c in second])
         assert len(batch.claims) == 1  # the last job: one place left in the queue
+        queue.complete_many([(c, None) for c in second])
         queue.notify_freed(second, taken=batch.claims)
         assert _wakeups_before_sentinel(listener, queue) == ["q"]
         queue.notify_freed(batch.claims)  # a plain write's wake-up, nothing taken

@@ -77,11 +77,12 @@ def test_a_concurrency_limit_holds_across_worker_processes(
     for worker in workers:
         assert worker.stop() == 0, worker.log()
 
-    assert scalar(db, MOST_AT_ONCE_BY_CLAIMS, "narrow") == 3
     assert scalar(db, MOST_AT_ONCE_BY_HANDLERS, "narrow") <= 3
-    # The limited queue's completions were written with the next claims, in one
-    # transaction (Producer.claim_after_completing), and the limit held all the same.
-    assert sum(w.final_stats().get("completed_with_a_claim", 0) for w in workers) > 0
+    # A worker claims the room of its finished jobs before their completions commit
+    # (claim_batch's `finished`), so the database's rows may overlap by those, never
+    # by more: at most the limit again. The limit was reached.
+    assert 3 <= scalar(db, MOST_AT_ONCE_BY_CLAIMS, "narrow") <= 6
+    assert sum(w.final_stats().get("claimed_for_finished", 0) for w in workers) > 0
     assert scalar(db, MOST_AT_ONCE_BY_CLAIMS, "wide") > 3
     assert scalar(db, "SELECT count(*) FROM effects WHERE what = 'start'") == 195
 
@@ -164,7 +165,8 @@ def test_a_limit_set_while_workers_run_takes_effect_without_a_restart(
         assert worker.stop() == 0, worker.log()
     assert scalar(db, "SELECT count(*) FROM jobs WHERE queue = 'late'"
                       " AND started_at <= %s", limited_at) == 0
-    assert scalar(db, MOST_AT_ONCE_BY_CLAIMS, "late") == 2
+    assert scalar(db, MOST_AT_ONCE_BY_HANDLERS, "late") <= 2
+    assert 2 <= scalar(db, MOST_AT_ONCE_BY_CLAIMS, "late") <= 4
 
 
 MOST_AT_ONCE_PER_LIMIT_KEY = """
@@ -173,6 +175,20 @@ SELECT coalesce(max((SELECT count(*) FROM spans AS o
                      WHERE o.limit_key = s.limit_key
                        AND o.started_at <= s.started_at AND s.started_at < o.finished_at)),
                 0) AS most
+FROM spans AS s
+"""
+
+MOST_AT_ONCE_PER_LIMIT_KEY_BY_HANDLERS = """
+WITH spans AS (
+    SELECT j.limit_key, s.at AS began, e.at AS ended
+    FROM effects AS s
+    JOIN effects AS e ON e.job_id = s.job_id AND e.attempt = s.attempt AND e.what = 'end'
+    JOIN jobs AS j ON j.id = s.job_id
+    WHERE s.what = 'start' AND j.queue = %s
+)
+SELECT coalesce(max((SELECT count(*) FROM spans AS o
+                     WHERE o.limit_key = s.limit_key
+                       AND o.began <= s.began AND s.began < o.ended)), 0) AS most
 FROM spans AS s
 """
 
@@ -193,5 +209,8 @@ def test_a_per_key_limit_holds_for_every_limit_key_across_processes(
     _drained(db, "tenants", 90)
     for worker in workers:
         assert worker.stop() == 0, worker.log()
-    assert scalar(db, MOST_AT_ONCE_PER_LIMIT_KEY, "tenants") == 2
+    assert scalar(db, MOST_AT_ONCE_PER_LIMIT_KEY_BY_HANDLERS, "tenants") <= 2
+    # The database's rows overlap by the finished jobs whose room was claimed before
+    # their completions committed, never by more than the limit again.
+    assert 2 <= scalar(db, MOST_AT_ONCE_PER_LIMIT_KEY, "tenants") <= 4
     assert scalar(db, MOST_AT_ONCE_BY_CLAIMS, "tenants") > 2

@@ -204,15 +204,12 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 -- job_claim_flow in schema.sql locks the limited queues' rows, counts what they hold
 -- and started after the lock, and claims queue by queue from jobs_queue_claimable. It
 -- returns the claimed jobs in claim order and, when a rate-limited queue is full, one
--- more row with no job whose next_slot_at says when its next start is due.
+-- more row with no job whose next_slot_at says when its next start is due. `finished`:
+-- the worker's jobs whose handlers ended and whose outcomes are not written yet, which
+-- no longer count against their limits (NULL: none).
 SELECT * FROM __schema__.job_claim_flow(
-    %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[]);
-
--- name: transaction_wait_for_disk
--- Ends a claim's `synchronous_commit off` for the rest of its transaction, back to the
--- session's own setting: complete_and_claim sends its completions in the same
--- transaction, and a completion the worker is told of must not be undone by a crash.
-SET LOCAL synchronous_commit TO DEFAULT;
+    %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[],
+    %(finished)s::uuid[]);
 
 -- name: queue_flow_state
 -- What the claim needs to know, cheaply: whether any queue is paused or limited (then

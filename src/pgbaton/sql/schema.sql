@@ -202,8 +202,13 @@ CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
 -- claim committed by the previous holder of the lock is always counted. One statement
 -- could not: its snapshot predates its wait for the lock. Claims of limited queues
 -- take turns on the queue's row; claims of unlimited queues still never wait.
+-- `finished`: claim tokens of the calling worker's jobs whose handlers have ended but
+-- whose outcomes are not written yet (migration 7). They are not running, so they do
+-- not count against a limit: the worker claims for the room they made at once, while
+-- their completions commit beside the claim instead of before it.
 CREATE FUNCTION __schema__.job_claim_flow(
-    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[])
+    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
+    finished uuid[])
 RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
                task text, args jsonb, key text, queue text, priority integer,
                run_at timestamptz, lease_until timestamptz, idempotency_key text,
@@ -276,6 +281,7 @@ BEGIN
                              SELECT 1 FROM __schema__.jobs AS h
                              WHERE h.queue = s.name AND h.queue <> ''
                                AND h.lease_until IS NOT NULL
+                               AND (finished IS NULL OR h.claim_token <> ALL(finished))
                              LIMIT q.concurrency) AS held),
                      q.rate_limit - (
                          SELECT count(*) FROM __schema__.queue_starts AS st
@@ -330,6 +336,7 @@ BEGIN
                         WHERE k.queue = c.queue AND k.limit_key = c.limit_key
                           AND k.lease_until IS NOT NULL AND k.limit_key IS NOT NULL
                           AND k.queue <> ''
+                          AND (finished IS NULL OR k.claim_token <> ALL(finished))
                         LIMIT a.key_concurrency) AS held_of_key) < a.key_concurrency)
               AND (c.limit_key IS NULL OR a.key_rate_limit IS NULL OR (
                     SELECT count(*) FROM __schema__.queue_starts AS ks
@@ -400,6 +407,18 @@ BEGIN
       AND w.starts >= q.rate_limit
     HAVING min(w.oldest + q.rate_period) IS NOT NULL;
 END;
+$$;
+
+-- The previous release's call, with no finished jobs: one body for both.
+CREATE FUNCTION __schema__.job_claim_flow(
+    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[])
+RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
+               task text, args jsonb, key text, queue text, priority integer,
+               run_at timestamptz, lease_until timestamptz, idempotency_key text,
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
+LANGUAGE sql AS $$
+    SELECT * FROM __schema__.job_claim_flow(worker, wanted, lease, only_queues, only_tasks,
+                                            NULL::uuid[]);
 $$;
 
 -- Dependencies and batches (migration 5, docs/dependencies.md).

@@ -6,9 +6,9 @@ A write that fails for a passing reason (the server went away, the statement was
 cancelled, a lock was not granted) is retried with backoff until the claim's lease has
 run out; after that the job belongs to someone else.
 
-Completions of limited queues' jobs are first offered to `claim_after`: the producer
-writes them and claims for the room they make in one transaction (one commit a turn
-instead of two). Whatever that cannot do, or fails at, is written here as usual.
+Written completions and failures of limited queues' jobs wake the fleet's workers of
+those queues, for the room this worker's own claims have not taken already
+(HeldJobs.room_taken).
 """
 
 from __future__ import annotations
@@ -16,12 +16,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
-from psycopg.errors import UniqueViolation
-
-from ..models import Claim
 from ..queue_async import AsyncQueue
 from .held import HeldJobs, Outcome
 from .supervisor import is_transient
@@ -32,8 +28,6 @@ MAX_BATCH = 500
 RETRY_START_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 
-ClaimAfter = Callable[[Sequence[tuple[Claim, Any]]], Awaitable[list[bool] | None]]
-
 
 class Completer:
     def __init__(
@@ -41,12 +35,10 @@ class Completer:
         queue: AsyncQueue,
         held: HeldJobs,
         on_written: Callable[[Outcome, bool], None],
-        claim_after: ClaimAfter | None = None,
     ) -> None:
         self._queue = queue
         self._held = held
         self._on_written = on_written
-        self._claim_after = claim_after
 
     async def run(self) -> None:
         """Write outcomes until cancelled. An error that is not passing is raised with
@@ -63,17 +55,16 @@ class Completer:
                     raise
 
     async def _write(self, batch: list[Outcome]) -> None:
-        if self._claim_after is not None:
-            batch = await self._write_claiming(batch)
-            if not batch:
-                return
-        written = [o.claim for o in batch]
+        # Read before the write forgets them: the finished jobs whose room this
+        # worker's claims took already wake no one for it.
+        taken = self._held.room_taken
+        freed = [o.claim for o in batch if o.claim.token not in taken]
         await self._write_outcomes(batch)
         # After the slots are free here: other workers of a limited queue may be waiting
         # for the room these jobs made (docs/flow_control.md). A wake-up that fails is
         # not retried: those workers poll.
         try:
-            await self._queue.notify_freed(written)
+            await self._queue.notify_freed(freed)
         except Exception as error:
             if not is_transient(error):
                 raise
@@ -113,28 +104,6 @@ class Completer:
                                len(batch), error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
-
-    async def _write_claiming(self, batch: list[Outcome]) -> list[Outcome]:
-        """Offer the completions to claim_after (which wakes the fleet for them too);
-        returns what is left to write."""
-        assert self._claim_after is not None
-        completes = [o for o in batch if o.ok]
-        if not completes:
-            return batch
-        try:
-            accepted = await self._claim_after([(o.claim, o.result) for o in completes])
-        except Exception as error:
-            # Rolled back, nothing written: the plain write below does it (retrying or
-            # raising as it always does), and the producer claims on its own.
-            expected = is_transient(error) or isinstance(error, UniqueViolation)
-            logger.log(logging.DEBUG if expected else logging.WARNING,
-                       "completing and claiming in one transaction failed (%s); "
-                       "writing the completions alone", error)
-            return batch
-        if accepted is None:
-            return batch
-        self._written(completes, accepted)
-        return [o for o in batch if not o.ok]
 
     def _written(self, outcomes: list[Outcome], accepted: list[bool]) -> None:
         for outcome, ok in zip(outcomes, accepted, strict=True):

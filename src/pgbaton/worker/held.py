@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,8 @@ class HeldJobs:
     stray_threads: int = 0
     outcomes: list[Outcome] = field(default_factory=list)
     unwritten: int = 0  # outcomes recorded and not yet written (queued or in flight)
+    # Finished jobs whose room a claim of this worker has taken already (room_taken_by).
+    room_taken: set[uuid.UUID] = field(default_factory=set)
     # Set while the heartbeat reaches the database; the producer claims only then.
     heartbeat_ok: asyncio.Event = field(default_factory=asyncio.Event)
     slot_free: asyncio.Event = field(default_factory=asyncio.Event)
@@ -106,6 +109,27 @@ class HeldJobs:
             - self.executing - self.waiting - self.stray_threads,
             2 * self.concurrency + self.claim_ahead - len(self.by_token),
         )
+
+    def awaiting_write(self) -> list[uuid.UUID]:
+        """The claim tokens of jobs whose handlers ended and whose outcomes wait to be
+        written (queued or in flight). A claim may pass one again after it took its
+        room: the job that took it is counted in its own right."""
+        return [token for token, running in self.by_token.items() if running.awaiting_write]
+
+    def room_taken_by(self, claims: list[Claim], finished: list[uuid.UUID]) -> int:
+        """A claim passed these finished jobs and took these claims: the room of as many
+        finished jobs of each claim's queue is this worker's again, so their writes need
+        not wake the fleet for it (Completer)."""
+        taken = Counter(claim.queue for claim in claims)
+        count = 0
+        for token in finished:
+            running = self.by_token.get(token)
+            if (running is not None and token not in self.room_taken
+                    and taken[running.claim.queue] > 0):
+                taken[running.claim.queue] -= 1
+                self.room_taken.add(token)
+                count += 1
+        return count
 
     def add(self, running: Running) -> None:
         self.by_token[running.claim.token] = running
@@ -147,6 +171,7 @@ class HeldJobs:
 
     def forget(self, running: Running) -> None:
         self.by_token.pop(running.claim.token, None)
+        self.room_taken.discard(running.claim.token)
         self.slot_free.set()
         if running.awaiting_write:
             running.awaiting_write = False

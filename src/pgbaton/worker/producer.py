@@ -2,9 +2,11 @@
 until a slot frees, a NOTIFY arrives (a new job, or a finished job of a limited queue),
 a rate-limited queue's next start is due, or the poll interval passes.
 
-When limited queues are served, the completer also claims, in the transaction that
-writes its completions (claim_after_completing); the two take turns on one lock, so the
-free slots are never counted twice."""
+A limited queue's jobs count against its limit in the database until their
+completions commit; the claim passes the tokens of this worker's jobs whose handlers
+have ended and whose outcomes wait to be written, so it takes the room they made at
+once, while the completer writes beside it (docs/flow_control.md, "The worker's own
+room")."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+import uuid
+from collections import Counter
+from collections.abc import Callable
 
 from ..models import Claim
 from ..queue_async import AsyncQueue
@@ -39,6 +42,7 @@ class Producer:
         poll_interval: float,
         start: Callable[[list[Claim], float], None],
         stopping: asyncio.Event,
+        stats: Counter[str] | None = None,
     ) -> None:
         self.queue = queue
         self.held = held
@@ -50,7 +54,9 @@ class Producer:
         self._start = start
         self._stopping = stopping
         self.wakeup = asyncio.Event()
-        self._claiming = asyncio.Lock()
+        # claimed_for_finished: claims that took the room of this worker's finished,
+        # not yet written jobs (the worker's final statistics).
+        self.stats: Counter[str] = stats if stats is not None else Counter()
 
     def wake(self) -> None:
         self.wakeup.set()
@@ -70,23 +76,13 @@ class Producer:
                 continue
             # Cleared before the claim: a NOTIFY that lands during it wakes the next wait.
             self.wakeup.clear()
-            if self.held.unwritten and self._serves_limited():
-                # Finished jobs still count against their queue's limit until their
-                # completions commit, which is when the completer claims for the room
-                # they make (claim_after_completing); a claim now would find none.
-                # The write wakes this loop, whatever it managed.
-                await self._until(self.wakeup, self.poll_interval)
-                continue
             try:
-                async with self._claiming:
-                    free = self.held.free_slots()  # the completer may have claimed
-                    if free <= 0:
-                        continue
-                    sent = self.held.now()
-                    batch = await self.queue.claim_batch(
-                        self.worker_id, limit=free, lease=self.lease, queues=self.queues,
-                        tasks=self.tasks,
-                    )
+                sent = self.held.now()
+                finished = self._finished()
+                batch = await self.queue.claim_batch(
+                    self.worker_id, limit=free, lease=self.lease, queues=self.queues,
+                    tasks=self.tasks, finished=finished,
+                )
             except Exception as error:
                 if not is_transient(error):
                     raise
@@ -96,6 +92,8 @@ class Producer:
                 continue
             delay = RETRY_START_SECONDS
             claims = batch.claims
+            if finished and claims:
+                self.stats["claimed_for_finished"] += self.held.room_taken_by(claims, finished)
             if claims:
                 self._start(claims, sent)
             if len(claims) < free:
@@ -105,45 +103,18 @@ class Producer:
                     poll = min(poll, batch.next_slot_in)
                 await self._until(self.wakeup, poll)
 
+    def _finished(self) -> list[uuid.UUID] | None:
+        """The tokens of jobs whose handlers ended and whose outcomes are not written
+        yet, for a claim of limited queues: the database still counts them as held
+        until their completions commit, but they run no longer, so the claim takes the
+        room they made now instead of after that commit."""
+        if not self.held.unwritten or not self._serves_limited():
+            return None
+        return self.held.awaiting_write()
+
     def _serves_limited(self) -> bool:
         limited = self.queue.limited_queues
         return bool(limited) and (self.queues is None or not limited.isdisjoint(self.queues))
-
-    async def claim_after_completing(
-        self, outcomes: Sequence[tuple[Claim, Any]]
-    ) -> list[bool] | None:
-        """Complete these jobs and claim for the free slots in one transaction, when
-        that saves a turn: this worker serves a limited queue, whose room these
-        completions make. None when it does not run (no limited queue, no free slot, the
-        producer claiming now, the worker stopping); the caller then writes alone.
-        Raises what the write raises, with nothing written. Then wakes the fleet for
-        room the claim left; a wake-up that fails is logged, never raised."""
-        if (self._stopping.is_set() or self._claiming.locked()
-                or not self.held.heartbeat_ok.is_set()
-                or self.queue.limited_queues.isdisjoint(c.queue for c, _ in outcomes)):
-            return None
-        async with self._claiming:
-            free = self.held.free_slots()
-            if free <= 0:
-                return None
-            sent = self.held.now()
-            accepted, batch = await self.queue.complete_and_claim(
-                outcomes, self.worker_id, limit=free, lease=self.lease,
-                queues=self.queues, tasks=self.tasks,
-            )
-        if batch.claims:
-            self._start(batch.claims, sent)
-        finished = [claim for (claim, _), done in zip(outcomes, accepted, strict=True) if done]
-        try:
-            # Written and claimed: a wake-up that fails is not retried (those workers
-            # poll), and must not make the caller write these completions again.
-            await self.queue.notify_freed(finished, taken=batch.claims)
-        except Exception as error:
-            if is_transient(error):
-                logger.warning("could not wake the workers of limited queues (%s)", error)
-            else:
-                logger.exception("could not wake the workers of limited queues")
-        return accepted
 
     async def _until(self, event: asyncio.Event, timeout: float | None = None) -> None:
         """Wait for event or timeout. Stopping sets every event the producer waits on

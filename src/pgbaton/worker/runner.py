@@ -28,7 +28,6 @@ import logging
 import time
 import types
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 from ..app import App
@@ -91,12 +90,9 @@ class Worker:
             queues=self.config.queues,
             tasks=None if self.config.claim_unknown_tasks else sorted(app.tasks),
             poll_interval=self.config.poll_interval,
-            start=self._started, stopping=self._stopping,
+            start=self._started, stopping=self._stopping, stats=self.stats,
         )
-        self.completer = Completer(
-            self.queue, self.held, self._written,
-            claim_after=self._complete_and_claim,
-        )
+        self.completer = Completer(self.queue, self.held, self._written)
         self.supervisor = Supervisor(
             failure_limit=self.config.part_failure_limit,
             failure_window=self.config.part_failure_window,
@@ -212,14 +208,6 @@ class Worker:
     def _wake(self, reason: str) -> None:
         self.stats[f"wakeups_{reason}"] += 1
         self.producer.wake()
-
-    async def _complete_and_claim(
-        self, outcomes: Sequence[tuple[Claim, Any]]
-    ) -> list[bool] | None:
-        accepted = await self.producer.claim_after_completing(outcomes)
-        if accepted is not None:
-            self.stats["completed_with_a_claim"] += len(accepted)
-        return accepted
 
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
