@@ -2,9 +2,10 @@
 drain that measures the maximum rate. Each reports to the soak on a multiprocessing
 queue about once a second; each stops when its stop event is set.
 
-The worker's claims are timed from the worker's side: the Worker's own AsyncQueue.claim
-is wrapped (on that instance, in this process only) so that each claim statement's round
-trip, as the producer loop awaits it, is recorded. Nothing else in the Worker changes.
+The worker's claims are timed from the worker's side: the Worker's own
+AsyncQueue.claim_batch, which its producer loop calls, is wrapped (on that instance, in
+this process only) so that each claim statement's round trip, as the producer loop
+awaits it, is recorded. Nothing else in the Worker changes.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ async def noop() -> None:
 
 
 def _timed_claims(worker: Worker) -> list[float]:
-    """Record the seconds each of the worker's claims takes; returns the list it fills."""
+    """Record the seconds each of the worker's claims takes; returns the list it fills.
+    The producer loop claims with claim_batch (claim() is a wrapper of it that the
+    Worker does not call)."""
     durations: list[float] = []
-    claim = worker.queue.claim
+    claim = worker.queue.claim_batch
 
     async def timed_claim(*args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
@@ -46,7 +49,7 @@ def _timed_claims(worker: Worker) -> list[float]:
         finally:
             durations.append(time.perf_counter() - started)
 
-    worker.queue.claim = timed_claim  # type: ignore[method-assign]
+    worker.queue.claim_batch = timed_claim  # type: ignore[method-assign]
     return durations
 
 
