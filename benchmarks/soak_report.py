@@ -392,6 +392,14 @@ def _rows_kept(soak: Soak) -> float:
     return float(last["live_tuples"] + last["history_live_tuples"])
 
 
+def _bytes_per_row_kept(soak: Soak) -> float:
+    """Jobs and history's bytes per row they hold at the end: the history mode keeps
+    up to a partition's width more than the retention (a partition goes whole), so the
+    sizes alone would charge it for rows the delete mode has already dropped."""
+    rows = _rows_kept(soak)
+    return _number(soak.rows[-1]["retained_bytes"]) / rows if rows else math.nan
+
+
 MEASURES = (
     Measure("jobs table size at the end", _last("total_bytes", MB), " MB"),
     Measure("jobs table size, max", _max("total_bytes", MB), " MB", headline=True),
@@ -402,6 +410,7 @@ MEASURES = (
     Measure("jobs + history, max", _max("retained_bytes", MB), " MB", headline=True),
     Measure("rows kept at the end (n_live_tup, jobs + history)", _rows_kept, "", 0,
             lower_is_better=None),
+    Measure("jobs + history per row kept, at the end", _bytes_per_row_kept, " bytes", 0),
     Measure("dead tuples (jobs + history), mean of samples", _mean("dead_tuples_all"), "", 0,
             headline=True),
     Measure("dead tuples (jobs + history), max", _max("dead_tuples_all"), "", 0,
