@@ -42,8 +42,10 @@ bench:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
 	.venv-bench/bin/python -m benchmarks.run $(BENCH_ARGS)
 
-# Steady load at half the measured drain for 30 minutes on the embedded PostgreSQL 18;
-# writes benchmarks/results/soak.{csv,png,md} (benchmarks/README.md, "The soak").
+# Steady load at half the measured drain for 30 minutes on the embedded PostgreSQL 18, the
+# retention modes delete and history side by side (each its own schema, producer and
+# worker, on one server); writes benchmarks/results/soak.{csv,png,md} (benchmarks/README.md,
+# "The soak"). SOAK_ARGS="--modes delete" runs one lane.
 soak:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
 	.venv-bench/bin/python -m benchmarks.soak $(SOAK_ARGS)
