@@ -127,6 +127,12 @@ CREATE TRIGGER jobs_notify_inserted AFTER INSERT ON S.jobs FOR EACH ROW
     WHEN (NEW.run_at <= now()) EXECUTE FUNCTION S.jobs_notify_row();
 """,
     "no jobs_queue_claimable": "DROP INDEX S.jobs_queue_claimable",
+    'jobs_queue_claimable on queue COLLATE "C"': """
+DROP INDEX S.jobs_queue_claimable;
+CREATE INDEX jobs_queue_claimable ON S.jobs (queue COLLATE "C", priority DESC, run_at, id)
+    WHERE status = 'pending' AND queue <> '';
+""",
+    "no jobs_claimable (for scale: the other claimable index)": "DROP INDEX S.jobs_claimable",
     **{f"no CHECK {name}": f"ALTER TABLE S.jobs DROP CONSTRAINT {name}" for name in CHECKS},
     "no CHECKs at all": ";".join(f"ALTER TABLE S.jobs DROP CONSTRAINT {n}" for n in CHECKS),
     "fillfactor 100": "ALTER TABLE S.jobs SET (fillfactor = 100)",
@@ -213,10 +219,21 @@ def encoded_copy(cur: psycopg.Cursor[Any], first_id: int, count: int, kind: str)
     return buffer.getvalue()
 
 
+def _chosen(names: list[str]) -> list[str]:
+    """The variants --variants names (substrings; "base" always), else all."""
+    if not CHOSEN:
+        return names
+    return [n for n in names if n == "base" or any(c in n for c in CHOSEN)]
+
+
+CHOSEN: list[str] = []
+
+
 def part_copy(dsn: str, rounds: int) -> None:
-    names = [*SERVER_VARIANTS, FEWER, BINARY, RAW]
+    names = _chosen([*SERVER_VARIANTS, FEWER, BINARY, RAW])
     schemas = setup(dsn, [n for n in names if n not in (FEWER, BINARY)])
-    schemas[FEWER] = schemas[BINARY] = schemas["base"]
+    schemas.setdefault(FEWER, schemas["base"])
+    schemas.setdefault(BINARY, schemas["base"])
     conn = psycopg.connect(dsn, autocommit=True)
     cur = conn.cursor()
     kinds = {FEWER: "fewer", BINARY: "binary", RAW: "raw"}
@@ -273,9 +290,10 @@ def part_copy(dsn: str, rounds: int) -> None:
 
 
 def part_single(dsn: str, calls: int) -> None:
-    names = [*SERVER_VARIANTS, "base, plain INSERT (task, args)", RAW]
+    names = _chosen([*SERVER_VARIANTS, "base, plain INSERT (task, args)", RAW])
     schemas = setup(dsn, [n for n in names if n != "base, plain INSERT (task, args)"])
-    schemas["base, plain INSERT (task, args)"] = schemas["base"]
+    if "base, plain INSERT (task, args)" in names:
+        schemas["base, plain INSERT (task, args)"] = schemas["base"]
     conns: dict[str, psycopg.Connection[Any]] = {}
     statements: dict[str, str] = {}
     params: dict[str, Any] = {}
@@ -742,7 +760,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--parts", default="copy,single,client,single_client")
+    parser.add_argument("--variants", default="",
+                        help="server variants to run, as comma-separated substrings")
     args = parser.parse_args()
+    CHOSEN.extend(v for v in args.variants.split(",") if v)
     parts = args.parts.split(",")
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {load()}")
     if "copy" in parts:
