@@ -29,12 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import io
 import json
 import os
+import re
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -43,15 +45,81 @@ from psycopg.copy import FileWriter
 
 import pgbaton
 from pgbaton import _sql
-from pgbaton._checks import (
-    copy_job_rows,
-    copy_text,
-    copy_values,
-    job_params,
-    many_job_params,
-)
+from pgbaton._checks import copy_job_rows, copy_values, job_params, many_job_params
 
 from .systems.raw_system import INSERT_ONE, SCHEMA_SQL
+
+# -- the COPY text built in Python, tried on the branch wt-enqcost and dropped: the
+# client's CPU fell by 0.2 to 0.5 us a job, the end-to-end time did not move
+# (results/enqueue-server-cost.md). Kept here so that the A/B can be run again.
+
+def _due(now: dt.datetime, due_now: str, run_at: str | None, delay: float) -> str:
+    """A job's run_at for job_copy_scheduled: its own, else now plus its delay, rounded
+    to the microsecond as PostgreSQL's make_interval rounds it."""
+    if run_at is not None:
+        return run_at
+    if delay:
+        return (now + dt.timedelta(microseconds=round(delay * 1_000_000))).isoformat()
+    return due_now
+
+
+# COPY's text format: a backslash, the column delimiter (tab), newline and carriage
+# return must be escaped; the other control characters psycopg's own COPY escapes too.
+_COPY_SPECIAL = re.compile(r"[\\\t\n\r\b\f\v]")
+_COPY_ESCAPES = {
+    ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r",
+    ord("\b"): "\\b", ord("\f"): "\\f", ord("\v"): "\\v",
+}
+# Rows per piece of COPY text handed to the connection: the server parses one piece
+# while the next is built.
+COPY_CHUNK_ROWS = 500
+
+
+def _copy_field(value: str | None) -> str:
+    """A text value as a field of COPY's text format (None: NULL)."""
+    if value is None:
+        return "\\N"
+    if _COPY_SPECIAL.search(value):
+        return value.translate(_COPY_ESCAPES)
+    return value
+
+
+def copy_text(
+    ids: Sequence[int], rows: Sequence[Any], meta: str | None, now: dt.datetime | None
+) -> Iterator[str]:
+    """copy_values' rows as COPY's text format, in pieces of COPY_CHUNK_ROWS lines, for
+    the connection to encode and send as they come: psycopg's write_row formats the
+    same fields, but value by value through its adapters. A queue or task name is
+    escaped once per batch; a job's args are JSON, which holds no raw control character
+    (the encoder escapes them), so only its backslashes need doubling."""
+    names: dict[str, str] = {}
+    meta_field = _copy_field(meta)
+    due_now = "" if now is None else now.isoformat()
+    lines: list[str] = []
+    for job_id, (queue, task, args, priority, run_at, delay, key, attempts, limit_key) in zip(
+        ids, rows, strict=True
+    ):
+        queue_field = names.get(queue)
+        if queue_field is None:
+            queue_field = names[queue] = _copy_field(queue)
+        task_field = names.get(task)
+        if task_field is None:
+            task_field = names[task] = _copy_field(task)
+        args_field = args.replace("\\", "\\\\") if "\\" in args else args
+        when = "" if now is None else _due(now, due_now, run_at, delay) + "\t"
+        key_field = "\\N" if key is None else _copy_field(key)
+        limit_field = "\\N" if limit_key is None else _copy_field(limit_key)
+        lines.append(
+            f"{job_id}\t{queue_field}\t{task_field}\t{args_field}\t{priority}\t{when}"
+            f"{key_field}\t{attempts}\t{meta_field}\t{limit_field}\n"
+        )
+        if len(lines) >= COPY_CHUNK_ROWS:
+            yield "".join(lines)
+            lines = []
+    if lines:
+        yield "".join(lines)
+
+
 
 PREFIX = "ec_"
 CHECKS = [
@@ -337,6 +405,19 @@ def part_single(dsn: str, calls: int) -> None:
 
 # -- client: enqueue_many and its parts ------------------------------------------------
 
+async def enqueue_many_copy_text(queue: pgbaton.AsyncQueue, jobs: list[dict[str, Any]]) -> None:
+    """The same with the COPY text built by copy_text, in pieces of 500 rows."""
+    rows = copy_job_rows(many_job_params(jobs, encode=False)["rows"])
+    async with queue._connection() as pooled:
+        (reserved,) = await queue._fetch("job_ids_reserve", {"count": len(rows)}, pooled)
+        async with (
+            pooled.cursor() as cursor,
+            cursor.copy(queue._sql["job_copy"]) as copy,  # type: ignore[arg-type]
+        ):
+            for text in copy_text(reserved["ids"], rows, None, None):
+                await copy.write(text)
+
+
 async def enqueue_many_as_on_main(queue: pgbaton.AsyncQueue, jobs: list[dict[str, Any]]) -> None:
     """AsyncQueue.enqueue_many's COPY path as main has it (one write_row per job), for a
     due batch on a pooled connection, without the enqueue hook and events (no-ops here)."""
@@ -400,7 +481,7 @@ async def part_client(dsn: str, rounds: int) -> None:  # noqa: PLR0915
             await copy.write(blocks[size])
 
     layers: dict[str, Callable[[int], Awaitable[Any]]] = {
-        "AsyncQueue.enqueue_many (current)": enqueue_many,
+        "AsyncQueue.enqueue_many (this branch)": enqueue_many,
         "enqueue_many as on main (write_row per job)": enqueue_many_write_row,
         "its Python: checks, encoding, write_row (no I/O)": python_only,
         "its Python: checks, encoding, copy_text (no I/O)": python_only_copy_text,
@@ -424,7 +505,7 @@ async def part_client(dsn: str, rounds: int) -> None:  # noqa: PLR0915
                 if turn:
                     per_job[name, size].append(elapsed / size * 1e6)
     print(f"client done; {load()}")
-    base = "AsyncQueue.enqueue_many (current)"
+    base = "AsyncQueue.enqueue_many (this branch)"
     print("| layer | 1,000 jobs: µs/job | vs current | 20,000 jobs: µs/job | vs current |")
     print("|---|--:|--:|--:|--:|")
     for name in names:
@@ -466,10 +547,10 @@ async def part_ab_copy(dsn: str, rounds: int) -> None:
     layers: dict[str, Callable[[int], Awaitable[Any]]] = {
         "enqueue_many as on main (write_row per job)":
             lambda size: enqueue_many_as_on_main(queue, jobs[size]),
-        "AsyncQueue.enqueue_many (this branch: copy_text)":
-            lambda size: queue.enqueue_many(jobs[size]),
+        "enqueue_many with the COPY text built in Python (copy_text)":
+            lambda size: enqueue_many_copy_text(queue, jobs[size]),
         "Python alone, main: checks, encoding, write_row": python_write_row,
-        "Python alone, this branch: checks, encoding, copy_text": python_copy_text,
+        "Python alone, copy_text: checks, encoding, the text": python_copy_text,
     }
     names = list(layers)
     per_job: dict[tuple[str, int], list[float]] = {(n, s): [] for n in names for s in sizes}
@@ -502,7 +583,7 @@ async def part_ab_copy(dsn: str, rounds: int) -> None:
 
 async def part_micro(dsn: str, rounds: int) -> None:  # noqa: PLR0915
     """The client's CPU alone, paired call by call (no statement sent): the COPY text of
-    main (write_row per job) against this branch's (copy_text), and a checkout from the
+    main (write_row per job) against copy_text (tried, dropped), and a checkout from the
     pool as main takes it (pool.connection()) against this branch's (getconn, putconn)."""
     schemas = setup(dsn, ["base"])
     queue = pgbaton.AsyncQueue(dsn, schema=schemas["base"])
@@ -547,7 +628,7 @@ async def part_micro(dsn: str, rounds: int) -> None:  # noqa: PLR0915
     pairs: dict[str, list[float]] = {}
     for size, repeat in ((1000, rounds), (20000, max(rounds // 10, 5))):
         a_name = f"COPY text of {size:,} jobs, main (write_row), µs/job"
-        b_name = f"COPY text of {size:,} jobs, this branch (copy_text), µs/job"
+        b_name = f"COPY text of {size:,} jobs, copy_text (dropped), µs/job"
         pairs[a_name], pairs[b_name], diffs = [], [], []
         for turn in range(repeat):
             first, second = ((python_write_row, python_copy_text) if turn % 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -325,11 +324,9 @@ def copy_job_rows(rows: Iterable[Mapping[str, Any]]) -> list[CopyRow]:
                            None))
             continue
         copied.append((
-            # int(): copy_text writes the numbers with str(), which an int subclass
-            # (an IntEnum) may spell otherwise.
-            row.get("queue", queue), row["task"], args, int(row.get("priority", priority)),
+            row.get("queue", queue), row["task"], args, row.get("priority", priority),
             row.get("run_at"), row.get("delay", delay), row.get("key"),
-            int(row.get("max_attempts", attempts)), row.get("limit_key"),
+            row.get("max_attempts", attempts), row.get("limit_key"),
         ))
     return copied
 
@@ -343,21 +340,12 @@ def _name_the_job(position: int, row: Mapping[str, Any]) -> None:
         raise type(error)(f"job {position}: {error}") from None
 
 
-def _due(now: dt.datetime, due_now: str, run_at: str | None, delay: float) -> str:
-    """A job's run_at for job_copy_scheduled: its own, else now plus its delay, rounded
-    to the microsecond as PostgreSQL's make_interval rounds it."""
-    if run_at is not None:
-        return run_at
-    if delay:
-        return (now + dt.timedelta(microseconds=round(delay * 1_000_000))).isoformat()
-    return due_now
-
-
 def copy_values(
     ids: Sequence[int], rows: Sequence[CopyRow], meta: str | None, now: dt.datetime | None
 ) -> Iterator[tuple[Any, ...]]:
     """The values of job_copy's columns for each job, or with now (the transaction's
-    now()) job_copy_scheduled's (see _due)."""
+    now()) job_copy_scheduled's: a job's run_at, else now plus its delay, rounded to the
+    microsecond as PostgreSQL's make_interval rounds it."""
     if now is None:
         for job_id, (queue, task, args, priority, _, _, key, attempts, limit_key) in zip(
             ids, rows, strict=True
@@ -368,66 +356,13 @@ def copy_values(
     for job_id, (queue, task, args, priority, run_at, delay, key, attempts, limit_key) in zip(
         ids, rows, strict=True
     ):
-        when = _due(now, due_now, run_at, delay)
+        if run_at is not None:
+            when = run_at
+        elif delay:
+            when = (now + dt.timedelta(microseconds=round(delay * 1_000_000))).isoformat()
+        else:
+            when = due_now
         yield (job_id, queue, task, args, priority, when, key, attempts, meta, limit_key)
-
-
-# COPY's text format: a backslash, the column delimiter (tab), newline and carriage
-# return must be escaped; the other control characters psycopg's own COPY escapes too.
-_COPY_SPECIAL = re.compile(r"[\\\t\n\r\b\f\v]")
-_COPY_ESCAPES = {
-    ord("\\"): "\\\\", ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r",
-    ord("\b"): "\\b", ord("\f"): "\\f", ord("\v"): "\\v",
-}
-# Rows per piece of COPY text handed to the connection: the server parses one piece
-# while the next is built.
-COPY_CHUNK_ROWS = 500
-
-
-def _copy_field(value: str | None) -> str:
-    """A text value as a field of COPY's text format (None: NULL)."""
-    if value is None:
-        return "\\N"
-    if _COPY_SPECIAL.search(value):
-        return value.translate(_COPY_ESCAPES)
-    return value
-
-
-def copy_text(
-    ids: Sequence[int], rows: Sequence[CopyRow], meta: str | None, now: dt.datetime | None
-) -> Iterator[str]:
-    """copy_values' rows as COPY's text format, in pieces of COPY_CHUNK_ROWS lines, for
-    the connection to encode and send as they come: psycopg's write_row formats the
-    same fields, but value by value through its adapters. A queue or task name is
-    escaped once per batch; a job's args are JSON, which holds no raw control character
-    (the encoder escapes them), so only its backslashes need doubling."""
-    names: dict[str, str] = {}
-    meta_field = _copy_field(meta)
-    due_now = "" if now is None else now.isoformat()
-    lines: list[str] = []
-    for job_id, (queue, task, args, priority, run_at, delay, key, attempts, limit_key) in zip(
-        ids, rows, strict=True
-    ):
-        queue_field = names.get(queue)
-        if queue_field is None:
-            queue_field = names[queue] = _copy_field(queue)
-        task_field = names.get(task)
-        if task_field is None:
-            task_field = names[task] = _copy_field(task)
-        args_field = args.replace("\\", "\\\\") if "\\" in args else args
-        when = "" if now is None else _due(now, due_now, run_at, delay) + "\t"
-        key_field = "\\N" if key is None else _copy_field(key)
-        limit_field = "\\N" if limit_key is None else _copy_field(limit_key)
-        lines.append(
-            f"{job_id}\t{queue_field}\t{task_field}\t{args_field}\t{priority}\t{when}"
-            f"{key_field}\t{attempts}\t{meta_field}\t{limit_field}\n"
-        )
-        if len(lines) >= COPY_CHUNK_ROWS:
-            yield "".join(lines)
-            lines = []
-    if lines:
-        yield "".join(lines)
-
 
 def retry_delay(attempts: int, retry_in: float | None) -> float:
     """Seconds before the next attempt: retry_in when given, else the default backoff."""

@@ -42,7 +42,7 @@ from ._checks import (
     check_status,
     check_tasks,
     copy_job_rows,
-    copy_text,
+    copy_values,
     encode_job_rows,
     held_params,
     job_params,
@@ -561,8 +561,8 @@ class Queue:
         ids: list[int] = reserved["ids"]
         statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
         with conn.cursor() as cursor, cursor.copy(statement) as copy:
-            for text in copy_text(ids, rows, meta, reserved["now"] if scheduled else None):
-                copy.write(text)
+            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
+                copy.write_row(values)
         return ids
 
     def _enqueue_graph(

@@ -40,7 +40,7 @@ from ._checks import (
     check_status,
     check_tasks,
     copy_job_rows,
-    copy_text,
+    copy_values,
     encode_job_rows,
     held_params,
     job_params,
@@ -559,8 +559,8 @@ class AsyncQueue:
         ids: list[int] = reserved["ids"]
         statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
         async with conn.cursor() as cursor, cursor.copy(statement) as copy:
-            for text in copy_text(ids, rows, meta, reserved["now"] if scheduled else None):
-                await copy.write(text)
+            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
+                await copy.write_row(values)
         return ids
 
     async def _enqueue_graph(

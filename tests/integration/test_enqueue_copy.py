@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import io
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import psycopg
 import pytest
-from psycopg.copy import FileWriter
 
 import pgbaton
-from pgbaton._checks import copy_job_rows, copy_text, copy_values, many_job_params
 from pgbaton.limits import INT4_MAX, INT4_MIN
 
 # Values that would break a hand-written COPY line or an unquoted statement: the COPY
@@ -225,20 +222,3 @@ async def test_the_async_queue_copies_a_large_batch_into_the_callers_transaction
     claims = await aqueue.claim("w", limit=1000)
     assert [c.id for c in claims] == ids[::2]
     assert [c.args for c in claims] == [{"n": n} for n in range(0, 800, 2)]
-
-
-def test_copy_text_is_what_psycopgs_write_row_sends(dsn):
-    """The COPY text pgbaton builds is, byte for byte, what psycopg's write_row formats
-    for the same values: awkward names, keys and args, NULLs, limits, run_at and meta."""
-    now = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
-    rows = copy_job_rows(many_job_params(_jobs(now), encode=False)["rows"])
-    ids = list(range(10**12, 10**12 + len(rows)))
-    with psycopg.connect(dsn) as conn:
-        for meta in (None, '{"traceparent": "00-abc\\\\def\\tx-01"}'):
-            for due in (None, now):
-                formatted = io.BytesIO()
-                with psycopg.Copy(conn.cursor(), writer=FileWriter(formatted)) as copy:
-                    for values in copy_values(ids, rows, meta, due):
-                        copy.write_row(values)
-                built = "".join(copy_text(ids, rows, meta, due)).encode()
-                assert built == formatted.getvalue()
