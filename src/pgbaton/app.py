@@ -107,6 +107,19 @@ class Task:
         self.pass_context = pass_context
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = _job_signature(func, name, pass_context)
+        # What check_args needs to pass the usual call without building anything: the
+        # names the handler takes and those it requires. None when a parameter is
+        # positional-only, which only Signature.bind judges.
+        parameters = self.signature.parameters.values()
+        self._names_taken: tuple[frozenset[str], frozenset[str], bool] | None = (
+            None if any(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in parameters)
+            else (
+                frozenset(p.name for p in parameters if p.kind in _BY_NAME),
+                frozenset(p.name for p in parameters
+                          if p.kind in _BY_NAME and p.default is p.empty),
+                any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters),
+            )
+        )
         functools.update_wrapper(self, func)
 
     def __repr__(self) -> str:
@@ -118,6 +131,16 @@ class Task:
     def check_args(self, args: Mapping[str, Any] | None) -> None:
         """Refuse args the handler could not be called with, before anything is written:
         every missing and every unexpected name is listed."""
+        if self._names_taken is not None and isinstance(args, Mapping | None):
+            # Without positional-only parameters, args that name every required
+            # parameter and (unless the handler takes **kwargs) no other are args that
+            # Signature.bind accepts: the check below would find nothing.
+            taken, required, takes_any = self._names_taken
+            names = (args or {}).keys()
+            if required <= names and (
+                names <= taken if not takes_any else all(isinstance(n, str) for n in names)
+            ):
+                return
         given = dict(args or {})
         parameters = self.signature.parameters.values()
         by_name = {p.name: p for p in parameters if p.kind in _BY_NAME}

@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import psycopg
+import pytest
+
 import pgbaton
 
 CALLERS = 8
@@ -47,3 +50,26 @@ def test_tasks_using_a_fresh_async_queue_at_once_all_enqueue(queue, dsn, schema,
 
     asyncio.run(main())
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": CALLERS}
+
+
+def test_a_pooled_connection_comes_back_clean_whatever_its_holder_did(queue, db):
+    """The checkout hands back, for the next holder, a connection that is idle and in
+    autocommit: one left in a transaction is rolled back (its write undone; through
+    pool.connection() it was committed, but no statement of pgbaton's leaves one: they
+    run in autocommit, in transaction() blocks or in a pipeline), one whose statement
+    failed or whose holder raised is usable, one left closed is replaced."""
+    with queue._connection() as conn:
+        conn.execute("BEGIN")
+        conn.execute(f'INSERT INTO "{queue.schema}".jobs (task) VALUES (%s)', ("left",))  # type: ignore[arg-type]
+    with pytest.raises(psycopg.errors.UndefinedTable), queue._connection() as conn:
+        conn.execute("SELECT * FROM no_such_table")
+    with pytest.raises(RuntimeError), queue._connection() as conn:
+        raise RuntimeError("the holder failed")
+    with queue._connection() as conn:
+        conn.close()
+    for _ in range(3):
+        with queue._connection() as conn:
+            assert not conn.closed and conn.autocommit
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 0}
+    assert queue.enqueue("after") > 0
