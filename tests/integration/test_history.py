@@ -380,6 +380,21 @@ def test_bad_input_is_refused_before_anything_is_written(queue, db, call):
     assert where(db) == {job_id: "jobs"}
 
 
+@pytest.mark.parametrize("options", [
+    {"retention_mode": "archive"}, {"retention_mode": None}, {"history_after": -1.0},
+    {"history_after": math.nan}, {"history_partition": 61.0},
+    {"history_partition": 0}, {"history_partition": "86400"},
+])
+def test_worker_config_checks_the_retention_fields(options):
+    """A retention mode other than delete or history, or a bad duration or width, is
+    InvalidArgument naming the field."""
+    with pytest.raises(pgbaton.InvalidArgument, match=next(iter(options))):
+        pgbaton.WorkerConfig(**options)
+    config = pgbaton.WorkerConfig(retention_mode="history", history_after=0,
+                                  history_partition=3600)
+    assert config.as_dict()["retention_mode"] == "history"
+
+
 def _mover(
     index: int, dsn: str, schema: str, start: multiprocessing.synchronize.Barrier,
     reports: multiprocessing.Queue[dict[str, Any]],
