@@ -22,7 +22,7 @@ from .errors import (
 from .events import Event
 from .flow import ClaimBatch, QueueSettings, Rate
 from .job_filter import JobFilter
-from .models import Backoff, Claim, Enqueued, Job, QueueStats
+from .models import Backoff, Claim, Enqueued, HistoryPartition, Job, QueueStats
 from .queue import Queue
 from .queue_async import AsyncQueue
 from .worker import Worker, WorkerConfig
@@ -43,6 +43,7 @@ __all__ = [
     "Dependency",
     "Enqueued",
     "Event",
+    "HistoryPartition",
     "IdempotencyKeyTaken",
     "InvalidArgument",
     "Job",

@@ -16,10 +16,12 @@ from .limits import (
     INT4_MIN,
     INT8_MAX,
     MAX_BATCH_BYTES,
+    MAX_HISTORY_PARTITION_SECONDS,
     MAX_JSON_DEPTH,
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
     MAX_SECONDS,
+    MIN_HISTORY_PARTITION_SECONDS,
 )
 from .models import DEFAULT_BACKOFF, STATUSES, Claim
 
@@ -126,6 +128,23 @@ def check_seconds(name: str, value: float, *, positive: bool = False) -> float:
         bound = "positive" if positive else ">= 0"
         raise InvalidArgument(
             f"{name} must be a {bound} number of seconds, at most ten years, got {value!r}"
+        )
+    return float(value)
+
+
+def check_partition_width(name: str, value: float) -> float:
+    """A jobs_history partition's width in seconds: whole minutes, a minute to a month."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not MIN_HISTORY_PARTITION_SECONDS <= value <= MAX_HISTORY_PARTITION_SECONDS
+        or value % 60 != 0
+    ):
+        raise InvalidArgument(
+            f"{name} must be a whole number of minutes in seconds, from "
+            f"{MIN_HISTORY_PARTITION_SECONDS} (a minute) to {MAX_HISTORY_PARTITION_SECONDS} "
+            f"(31 days), got {value!r}"
         )
     return float(value)
 

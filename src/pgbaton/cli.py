@@ -39,6 +39,7 @@ from .app import App
 from .doctor import doctor
 from .dsn import normalize_dsn, redact_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, ConnectionFailed, PgbatonError
+from .maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 from .queue import Queue
 from .queue_cli import queue_group
 from .showcase.lab import lab
@@ -186,12 +187,17 @@ def load_app(spec: str) -> App:
               show_default=True, envvar="PGBATON_LOG_FORMAT",
               help="text for people, json (one object a line) for log collectors "
                    "[or PGBATON_LOG_FORMAT].")
+@click.option("--retention-mode", type=click.Choice(RETENTION_MODES),
+              default=DEFAULT_RETENTION_MODE, show_default=True,
+              help="How the leader's pruner takes finished jobs out of the jobs table: "
+                   "delete them, or move done ones to jobs_history first "
+                   "(docs/retention.md).")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
     queues: str | None, concurrency: int, processes: int, claim_ahead: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     listen_dsn: str | None, connect_timeout: float, log_level: str, log_format: str,
-    stats_file: str | None, metrics_port: int | None,
+    stats_file: str | None, metrics_port: int | None, retention_mode: str,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
@@ -231,6 +237,7 @@ def worker(
         metrics_port=metrics_port,
         listen_dsn=normalize_dsn(listen_dsn, "--listen-dsn") if listen_dsn else None,
         connect_timeout=connect_timeout,
+        retention_mode=retention_mode,
     )
     if processes > 1:  # a refusal is one line here, not one per worker process
         plan_sessions(config, dsn)
@@ -436,12 +443,37 @@ def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
 
 @main.command()
 @click.option("--older-than", default=7 * 24 * 3600.0, show_default=True,
-              help="Seconds since the job finished.")
+              help="Seconds since the job finished: the retention.")
+@click.option("--retention-mode", type=click.Choice(RETENTION_MODES),
+              default=DEFAULT_RETENTION_MODE, show_default=True,
+              help="delete: delete every finished job past --older-than. history: first "
+                   "move done jobs without an idempotency key finished --history-after "
+                   "seconds ago to jobs_history and drop its partitions past "
+                   "--older-than, then delete the rest past --older-than "
+                   "(docs/retention.md).")
+@click.option("--history-after", type=click.FloatRange(min=0), default=3600.0,
+              show_default=True, help="With --retention-mode history: seconds since a "
+                                      "done job finished before it moves.")
+@click.option("--history-partition", type=float, default=86400.0, show_default=True,
+              help="With --retention-mode history: the width in seconds (whole minutes) "
+                   "of the partitions it creates.")
 @connection_options
-def prune(older_than: float, dsn: str | None, schema: str, embedded: bool) -> None:
-    """Delete done, failed and cancelled jobs that finished long enough ago."""
-    total = 0
+def prune(
+    older_than: float, retention_mode: str, history_after: float, history_partition: float,
+    dsn: str | None, schema: str, embedded: bool,
+) -> None:
+    """Delete done, failed and cancelled jobs that finished long enough ago (or, in
+    history mode, move the done ones to jobs_history and drop its old partitions).
+
+    Safe beside a running fleet: its leader does the same every minute, and neither
+    waits for nor undoes the other."""
+    moved = dropped = total = 0
     with _queue(dsn, schema, embedded) as queue:
+        if retention_mode == "history":
+            while archived := queue.archive(after=history_after, partition=history_partition):
+                moved += archived
+            dropped = queue.drop_history(retention=older_than)
+            click.echo(f"moved {moved} jobs to jobs_history; dropped {dropped} partitions")
         while pruned := queue.prune(retention=older_than):
             total += pruned
     click.echo(f"pruned {total} jobs")

@@ -43,6 +43,9 @@ EVENTS: dict[str, str] = {
     "job.released": "a stopping worker handed the job back without spending an attempt",
     "job.reaped": "the reaper handed back jobs whose lease expired (count)",
     "job.pruned": "the pruner deleted finished jobs (count)",
+    "job.archived": "the pruner moved done jobs to jobs_history (count; history mode)",
+    "history.dropped": "the pruner dropped partitions of jobs_history past the retention "
+                       "(count; history mode)",
     "leader.elected": "this worker became the maintenance leader",
     "leader.lost": "this worker stopped being the maintenance leader",
     "worker.started": "a worker process opened its connections and started claiming",

@@ -44,6 +44,13 @@ MAX_SECONDS = 10 * 365.25 * 24 * 3600
 # every job in its priority, which is never what the caller meant.
 EARLIEST_RUN_AT = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
+# The width of a jobs_history partition (the history retention mode, docs/retention.md):
+# whole minutes, so that a partition's name (its start, to the minute) is unique, and at
+# most a month. Every look-up of a job by id that misses jobs probes each partition, so
+# retention / width (the number of partitions kept) should stay in the tens or hundreds.
+MIN_HISTORY_PARTITION_SECONDS = 60
+MAX_HISTORY_PARTITION_SECONDS = 31 * 24 * 3600
+
 # priority, max_attempts and limit are PostgreSQL integers; job ids are bigints.
 INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
 INT8_MAX = 2**63 - 1

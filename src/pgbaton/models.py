@@ -122,6 +122,17 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class HistoryPartition:
+    """One partition of jobs_history (the history retention mode, docs/retention.md):
+    the done jobs that finished in [from_at, to_at), dropped whole after the retention."""
+
+    name: str
+    from_at: dt.datetime
+    to_at: dt.datetime
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     """Counts of one queue's jobs by status."""
 

@@ -38,6 +38,7 @@ from ._checks import (
     check_lease,
     check_limit,
     check_name,
+    check_partition_width,
     check_queues,
     check_seconds,
     check_status,
@@ -69,7 +70,7 @@ from .flow import (
 )
 from .integrations.connections import CallerConnection, psycopg_connection
 from .job_filter import ACTION_STATUSES, JobFilter, check_upto
-from .models import Claim, Enqueued, Job, QueueStats
+from .models import Claim, Enqueued, HistoryPartition, Job, QueueStats
 
 Row = dict[str, Any]
 
@@ -143,6 +144,11 @@ class Queue:
     # enqueue_many writes a batch of at least this many jobs by COPY (docs/architecture.md,
     # "Large batches by COPY"): below it the one INSERT statement is as fast.
     copy_min_jobs: int = 500
+
+    # How long drop_history waits for a lock on jobs_history (a reader's, a mover's)
+    # before it leaves a partition for its next call: a DROP queued behind a long reader
+    # would hold up every reader queued behind it.
+    history_lock_wait: float = 0.5
 
     def __init__(
         self,
@@ -613,6 +619,10 @@ class Queue:
             if plan.external:
                 rows = self._fetch("job_parents_lock", {"ids": plan.external}, held)
                 statuses = {row["id"]: (row["task"], row["status"]) for row in rows}
+                moved = [job_id for job_id in plan.external if job_id not in statuses]
+                if moved:  # done parents moved to jobs_history (docs/retention.md)
+                    rows = self._fetch("job_parents_archived", {"ids": moved}, held)
+                    statuses |= {row["id"]: (row["task"], row["status"]) for row in rows}
             graph = plan.statement_params(statuses, self.schema)
             batch_id = None
             if batch_params is not None:
@@ -819,6 +829,45 @@ class Queue:
         params = {"retention": check_seconds("retention", retention), "limit": check_limit(limit)}
         return len(self._fetch("job_prune", params))
 
+    # The history retention mode (docs/retention.md): done jobs move to jobs_history,
+    # partitioned by the time they finished, and leave it a partition at a time.
+
+    def archive(self, *, after: float, partition: float, limit: int = 10_000) -> int:
+        """Move done jobs without an explicit idempotency key that finished more than
+        `after` seconds ago from jobs to jobs_history, at most `limit` of them, oldest
+        first; creates the partitions (`partition` seconds wide, from midnight UTC) they
+        need. Returns how many moved. Jobs locked by someone else are skipped, never
+        waited for; two callers at once never move a job twice."""
+        params = {
+            "after": check_seconds("after", after),
+            "width": check_partition_width("partition", partition),
+            "limit": check_limit(limit),
+        }
+        with self._transaction(None) as conn:
+            (ready,) = self._fetch("history_prepare", params, conn)
+            if not ready["bins"]:
+                return 0
+            (row,) = self._fetch("job_archive", {**params, "bins": ready["bins"]}, conn)
+            return int(row["moved"])
+
+    def drop_history(self, *, retention: float) -> int:
+        """Drop the partitions of jobs_history whose whole range ended more than
+        `retention` seconds ago; returns how many went. A partition whose lock is not
+        granted within history_lock_wait seconds (a reader holds the table) is left for
+        the next call, as are the later ones."""
+        params = {
+            "retention": check_seconds("retention", retention),
+            "lock_wait": check_seconds("history_lock_wait", self.history_lock_wait,
+                                       positive=True),
+        }
+        rows = self._fetch("history_drop", params)
+        return sum(1 for row in rows if row["dropped"])
+
+    def history_partitions(self) -> list[HistoryPartition]:
+        """The partitions of jobs_history, oldest first, with their bounds and sizes."""
+        rows = self._fetch("history_partitions_list")
+        return [HistoryPartition(**row) for row in rows]
+
     def leader_try_acquire(self, conn: psycopg.Connection[Any]) -> bool:
         """Try to become the maintenance leader on `conn`, a connection kept open for as
         long as the leadership should last (the lock dies with the session)."""
@@ -858,7 +907,12 @@ class Queue:
         return BatchInfo.from_row(rows[0]) if rows else None
 
     def get(self, job_id: int) -> Job | None:
-        rows = self._fetch("job_get", {"id": check_job_id(job_id)})
+        """The job, wherever it is kept: in jobs, or moved to jobs_history (looked up
+        there only when jobs does not have it); None when there is none."""
+        params = {"id": check_job_id(job_id)}
+        rows = self._fetch("job_get", params)
+        if not rows:
+            rows = self._fetch("job_get_archived", params)
         return Job.from_row(rows[0]) if rows else None
 
     def jobs(
@@ -891,8 +945,11 @@ class Queue:
 
     def delete(self, job_id: int) -> bool:
         """Delete a job that is not running (a running one would lose its holder's work
-        without telling it: cancel it first)."""
-        return bool(self._fetch("job_delete", {"id": check_job_id(job_id)}))
+        without telling it: cancel it first), or a done job moved to jobs_history."""
+        params = {"id": check_job_id(job_id)}
+        if self._fetch("job_delete", params):
+            return True
+        return bool(self._fetch("job_delete_archived", params))
 
     def run_now(self, job_id: int) -> bool:
         """Make a scheduled pending job due now and wake its queue's workers."""

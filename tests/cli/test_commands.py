@@ -40,6 +40,41 @@ def test_operator_commands_round_trip(dsn, schema):
     assert "pruned 0 jobs" in pgbaton("prune", *s, dsn=dsn).stdout
 
 
+def test_prune_in_history_mode_moves_drops_then_deletes(queue, dsn, schema, db):
+    """`pgbaton prune --retention-mode history` moves old done jobs to jobs_history,
+    drops the partitions past --older-than, deletes the failed ones past it, and says
+    how many of each; `show` still finds a moved job."""
+    s = ("--schema", schema)
+    ids = queue.enqueue_many([{"task": "t"} for _ in range(3)])
+    failed = queue.enqueue("t", max_attempts=1)
+    claims = queue.claim("w", limit=4)
+    for claim in claims[:3]:
+        assert queue.complete(claim)
+    assert queue.fail(claims[3], "boom")
+    db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id = %s",
+               (ids[0],))
+    db.execute("UPDATE jobs SET finished_at = now() - interval '3 days' WHERE id <> %s",
+               (ids[0],))
+    done = pgbaton("prune", "--retention-mode", "history", "--history-partition", "3600",
+                   "--older-than", "86400", *s, dsn=dsn)
+    assert done.returncode == 0, done.stderr
+    assert "moved 3 jobs to jobs_history; dropped 1 partitions" in done.stdout
+    assert "pruned 1 jobs" in done.stdout
+    assert job_rows(db, "id") == []
+    shown = json.loads(pgbaton("show", str(ids[0]), "--json", *s, dsn=dsn).stdout)
+    assert shown["status"] == "done"
+    assert pgbaton("show", str(failed), *s, dsn=dsn).returncode == 1
+    # The doctor shows the history's size beside the jobs table's.
+    report = json.loads(pgbaton("doctor", "--json", *s, dsn=dsn).stdout)
+    [vacuum] = [f for f in report["findings"] if f["name"] == "jobs_table_vacuum"]
+    assert vacuum["data"]["history_partitions"] == 1
+    assert any(line.startswith("jobs_history (the history retention mode): 1 partitions")
+               for line in vacuum["evidence"])
+    bad = pgbaton("prune", "--retention-mode", "history", "--history-partition", "90",
+                  *s, dsn=dsn)
+    assert bad.returncode == 1 and "whole number of minutes" in bad.stderr
+
+
 def test_schema_sql_prints_ddl_a_team_can_apply(dsn, schema, db):
     """`pgbaton schema --sql` prints DDL that builds a schema pgbaton accepts as current."""
     ddl = pgbaton("schema", "--sql", "--schema", schema)

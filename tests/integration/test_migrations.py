@@ -138,9 +138,14 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
         "jobs_ended", "jobs_ended_by_delete", "jobs_notify_inserted", "jobs_wait_again",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
-        "batches_count", "job_claim_flow", "jobs_ended", "jobs_notify_inserted",
-        "jobs_release_children", "jobs_wait_again",
+        "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_drop",
+        "jobs_history_partition_create", "jobs_history_partitions", "jobs_history_prepare",
+        "jobs_notify_inserted", "jobs_release_children", "jobs_wait_again",
     }
+    # Migration 8's history table: partitioned, with no partition until a move.
+    history = next(t for t in migrated["tables"] if t["relname"] == "jobs_history")
+    assert history["relkind"] == "p"
+    assert "jobs_history_id" in {i["indexname"] for i in migrated["indexes"]}
     jobs_table = next(t for t in migrated["tables"] if t["relname"] == "jobs")
     assert "fillfactor=70" in jobs_table["reloptions"]
     assert all(

@@ -6,7 +6,7 @@ import psycopg
 from psycopg.rows import DictRow
 from starlette.testclient import TestClient
 
-from .conftest import HOSTILE, Jobs
+from .conftest import HOSTILE, Jobs, csrf_token
 
 HTML = {"Accept": "text/html"}
 
@@ -134,3 +134,30 @@ def test_bad_input_is_a_clear_4xx_and_writes_nothing(
     assert client.post("/jobs/999999/retry").status_code == 403  # no CSRF token: refused
     after = db.execute("SELECT md5(string_agg(j::text, '' ORDER BY id)) AS h FROM jobs j")
     assert after.fetchone() == snapshot
+
+
+def test_a_job_moved_to_the_history_is_listed_and_shown(
+        client: TestClient, jobs: Jobs, queue, db: psycopg.Connection[DictRow]) -> None:
+    """A done job moved to jobs_history (docs/retention.md) is on the job list among the
+    others (not on a list of failed jobs) and has its page, args and result as they were;
+    its page's delete removes it from the history."""
+    db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id = %s",
+               (jobs.done,))
+    assert queue.archive(after=3600, partition=86400) == 1
+    assert db.execute("SELECT count(*) AS n FROM jobs WHERE id = %s",
+                      (jobs.done,)).fetchone() == {"n": 0}
+    listed = client.get("/jobs", headers=HTML).text
+    assert f'id="job-{jobs.done}"' in listed and f'id="job-{jobs.failed}"' in listed
+    done_only = client.get("/jobs", params={"status": "done"}, headers=HTML).text
+    assert f'id="job-{jobs.done}"' in done_only and f'id="job-{jobs.failed}"' not in done_only
+    failed_only = client.get("/jobs", params={"status": "failed"}, headers=HTML).text
+    assert f'id="job-{jobs.done}"' not in failed_only
+    page = client.get(f"/jobs/{jobs.done}", headers=HTML)
+    assert page.status_code == 200
+    assert "a@example.com" in page.text and "worker-done" in page.text
+    token = csrf_token(client)
+    answer = client.post(f"/jobs/{jobs.done}/delete", data={"csrf_token": token},
+                         follow_redirects=False)
+    assert answer.status_code == 303
+    assert db.execute("SELECT count(*) AS n FROM jobs_history").fetchone() == {"n": 0}
+    assert client.get(f"/jobs/{jobs.done}", headers=HTML).status_code == 404

@@ -217,7 +217,14 @@ def jobs_table_vacuum(inspection: Inspection) -> Finding:
         f"{row['modified_since_analyze']} rows changed since",
         f"table with indexes: {row['total_bytes']} bytes",
     ]
+    history = inspection.one("doctor_history_size",
+                             {"table": f'"{inspection.schema}".jobs_history'}) or {}
+    if history.get("partitions"):
+        evidence.append(f"jobs_history (the history retention mode): "
+                        f"{history['partitions']} partitions, {history['bytes']} bytes")
     data = {"live_rows": live, "dead_rows": dead, "dead_ratio": round(ratio, 4),
+            "history_partitions": int(history.get("partitions") or 0),
+            "history_bytes": int(history.get("bytes") or 0),
             "seconds_since_vacuum": row["seconds_since_vacuum"],
             "last_autovacuum": row["last_autovacuum"], "last_vacuum": row["last_vacuum"],
             "autovacuum_on": row["autovacuum_on"] and row["table_autovacuum_on"]}

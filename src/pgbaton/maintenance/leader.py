@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import psycopg
 
@@ -103,5 +103,7 @@ class Leader:
                          detail={"part": f"leader.{service.name}"})
             return
         self.runs[service.name] += 1
-        if count and service.event:
-            self._notify(service.event, None, detail={"count": count})
+        counts = count if isinstance(count, Mapping) else {service.event: count}
+        for event, done in counts.items():
+            if done and event:
+                self._notify(event, None, detail={"count": done})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from croniter import croniter
@@ -24,7 +24,8 @@ class Service(Protocol):
     def on_elected(self) -> None:
         """Called each time this worker becomes leader, before the first run_once()."""
 
-    async def run_once(self) -> int: ...
+    async def run_once(self) -> int | Mapping[str, int]:
+        """What the run did: a count of `event`, or a count per event name."""
 
 
 class Reaper:
@@ -47,13 +48,27 @@ class Reaper:
         return reaped
 
 
+# How finished jobs leave the jobs table (WorkerConfig.retention_mode, docs/retention.md):
+# "delete" deletes every finished job after the retention; "history" moves done jobs
+# without an explicit idempotency key to the partitioned jobs_history after
+# history_after, drops its partitions whole after the retention, and deletes the rest
+# after the retention as "delete" does. The one default, for the worker, the Pruner and
+# `pgbaton prune`: which one, and why, is measured in the soak (benchmarks/README.md).
+RETENTION_MODES = ("delete", "history")
+DEFAULT_RETENTION_MODE = "delete"
+
+
 class Pruner:
-    """Deletes finished jobs older than the retention, a batch (one short transaction) at
-    a time. A run goes on while its batches come back full, for up to BUDGET_SECONDS
-    (the reaper runs on the same leader and must not wait long); when it had to stop
-    there, the next run comes after BEHIND_INTERVAL instead of the full interval. So
-    a queue that finishes more than one batch per interval does not outgrow it
-    (docs/scaling.md)."""
+    """Takes finished jobs out of the jobs table, a batch (one short transaction) at a
+    time. In "history" mode each run first moves done jobs to jobs_history (archive)
+    and drops the history's partitions past the retention; then, in both modes, it
+    deletes the finished jobs left past the retention (prune). Each batched step goes
+    on while its batches come back full, for up to BUDGET_SECONDS a run (the reaper
+    runs on the same leader and must not wait long); when it had to stop there, the
+    next run comes after BEHIND_INTERVAL instead of the full interval. So a queue that
+    finishes more than one batch per interval does not outgrow it (docs/scaling.md).
+    run_once() returns the count of each event: job.archived, history.dropped,
+    job.pruned."""
 
     name = "pruner"
     event = "job.pruned"
@@ -61,30 +76,69 @@ class Pruner:
     BUDGET_SECONDS = 1.0
     BEHIND_INTERVAL = 1.0
 
-    def __init__(self, queue: AsyncQueue, interval: float, retention: float) -> None:
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        interval: float,
+        retention: float,
+        *,
+        mode: str = DEFAULT_RETENTION_MODE,
+        history_after: float = 3600.0,
+        history_partition: float = 86400.0,
+    ) -> None:
         self.queue = queue
         self.every = interval
         self.interval = interval  # the wait before the next run, shorter when behind
         self.retention = retention
+        self.mode = mode
+        self.history_after = history_after
+        self.history_partition = history_partition
 
     def on_elected(self) -> None:
         pass
 
-    async def run_once(self) -> int:
+    async def run_once(self) -> dict[str, int]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.BUDGET_SECONDS
-        pruned = 0
+        counts = {"job.archived": 0, "history.dropped": 0, "job.pruned": 0}
+        behind = False
+        if self.mode == "history":
+            counts["job.archived"], behind = await self._batches(
+                lambda: self.queue.archive(after=self.history_after,
+                                           partition=self.history_partition,
+                                           limit=self.BATCH),
+                deadline,
+            )
+            counts["history.dropped"] = await self.queue.drop_history(
+                retention=self.retention)
+        counts["job.pruned"], pruning_behind = await self._batches(
+            lambda: self.queue.prune(retention=self.retention, limit=self.BATCH), deadline
+        )
+        behind = behind or pruning_behind
+        self.interval = min(self.every, self.BEHIND_INTERVAL) if behind else self.every
+        more = "; more are due, the next run is soon" if behind else ""
+        if counts["job.archived"]:
+            logger.info("moved %d done jobs to jobs_history%s", counts["job.archived"], more)
+        if counts["history.dropped"]:
+            logger.info("dropped %d partitions of jobs_history past the retention",
+                        counts["history.dropped"])
+        if counts["job.pruned"]:
+            logger.info("pruned %d finished jobs%s", counts["job.pruned"], more)
+        return counts
+
+    async def _batches(
+        self, step: Callable[[], Awaitable[int]], deadline: float
+    ) -> tuple[int, bool]:
+        """Run step (one batch) while its batches come back full, until the deadline
+        (one batch at least); the total, and whether the last batch was full."""
+        loop = asyncio.get_running_loop()
+        total = 0
         while True:
-            batch = await self.queue.prune(retention=self.retention, limit=self.BATCH)
-            pruned += batch
+            batch = await step()
+            total += batch
             behind = batch == self.BATCH
             if not behind or loop.time() >= deadline:
-                break
-        self.interval = min(self.every, self.BEHIND_INTERVAL) if behind else self.every
-        if pruned:
-            logger.info("pruned %d finished jobs%s", pruned,
-                        "; more are due, the next run is soon" if behind else "")
-        return pruned
+                return total, behind
 
 
 class Ager:

@@ -53,10 +53,20 @@ SELECT queue,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        avg(extract(epoch FROM started_at - run_at))::float8 AS queue_seconds_mean,
        max(extract(epoch FROM started_at - run_at))::float8 AS queue_seconds_max
-FROM __schema__.jobs
-WHERE status IN ('done', 'failed', 'cancelled')
-  AND finished_at >= greatest(date_trunc('minute', now()) - interval '59 minutes',
-                              %(since)s::timestamptz)
+FROM (
+    SELECT queue, status, run_at, started_at, finished_at
+    FROM __schema__.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at >= greatest(date_trunc('minute', now()) - interval '59 minutes',
+                                  %(since)s::timestamptz)
+    UNION ALL
+    -- Done jobs moved within the hour (history_after below an hour): the newest
+    -- partitions only, pruned at the executor's start.
+    SELECT queue, status, run_at, started_at, finished_at
+    FROM __schema__.jobs_history
+    WHERE finished_at >= greatest(date_trunc('minute', now()) - interval '59 minutes',
+                                  %(since)s::timestamptz)
+) AS finished
 GROUP BY queue, minute
 ORDER BY queue, minute;
 
@@ -85,26 +95,55 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 -- name: dashboard_job_page
 -- One page of jobs, newest first, by keyset: `before` is the smallest id of the page
 -- before (NULL for the first page). Never OFFSET: a page deep in the table costs what
--- the first one does. The list shows a job's last error, not all of them.
-SELECT id, queue, task, status, priority, run_at, attempts, max_attempts, key,
-       worker_id, created_at, started_at, finished_at,
-       left(args::text, 200) AS args_preview,
-       errors -> -1 ->> 'type' AS last_error_type,
-       left(errors -> -1 ->> 'message', 200) AS last_error
-FROM __schema__.jobs AS j
-WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s)
-  AND (%(key)s::text IS NULL OR j.key = %(key)s)
-  AND (%(text)s::text IS NULL
-       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-  AND (%(since)s::timestamptz IS NULL
-       OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL
-       OR coalesce(j.finished_at, j.created_at) < %(until)s)
-ORDER BY j.id DESC
+-- the first one does. The list shows a job's last error, not all of them. Done jobs
+-- moved to jobs_history (the history retention mode, docs/retention.md) are listed
+-- with the others: each table gives its newest matching page by its id index and the
+-- two are merged. The history is read only when the filter may hold done jobs (this
+-- pool plans for the values given, so a list of failed jobs never walks it).
+SELECT paged.* FROM (
+    (SELECT id, queue, task, status, priority, run_at, attempts, max_attempts, key,
+            worker_id, created_at, started_at, finished_at,
+            left(args::text, 200) AS args_preview,
+            errors -> -1 ->> 'type' AS last_error_type,
+            left(errors -> -1 ->> 'message', 200) AS last_error
+     FROM __schema__.jobs AS j
+     WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
+       AND (%(status)s::text IS NULL OR j.status = %(status)s)
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR j.task = %(task)s)
+       AND (%(key)s::text IS NULL OR j.key = %(key)s)
+       AND (%(text)s::text IS NULL
+            OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+            OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+       AND (%(since)s::timestamptz IS NULL
+            OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+       AND (%(until)s::timestamptz IS NULL
+            OR coalesce(j.finished_at, j.created_at) < %(until)s)
+     ORDER BY j.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, queue, task, status, priority, run_at, attempts, max_attempts, key,
+            worker_id, created_at, started_at, finished_at,
+            left(args::text, 200) AS args_preview,
+            errors -> -1 ->> 'type' AS last_error_type,
+            left(errors -> -1 ->> 'message', 200) AS last_error
+     FROM __schema__.jobs_history AS j
+     WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
+       AND (%(status)s::text IS NULL OR %(status)s::text = 'done')
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR j.task = %(task)s)
+       AND (%(key)s::text IS NULL OR j.key = %(key)s)
+       AND (%(text)s::text IS NULL
+            OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+            OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+       AND (%(since)s::timestamptz IS NULL
+            OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+       AND (%(until)s::timestamptz IS NULL
+            OR coalesce(j.finished_at, j.created_at) < %(until)s)
+     ORDER BY j.id DESC
+     LIMIT %(limit)s)
+) AS paged
+ORDER BY paged.id DESC
 LIMIT %(limit)s;
 
 -- name: dashboard_jobs_of_key

@@ -17,6 +17,13 @@ WHERE j.id IN (
 )
 RETURNING j.id, j.task, j.status;
 
+-- name: job_parents_archived
+-- Parents job_parents_lock did not find that were moved to jobs_history (the history
+-- retention mode, docs/retention.md): done for good (a moved job is never retried or
+-- changed), so they need no lock and count as finished. Read in a statement after the
+-- lock, so a parent moved while the lock waited for it is found here.
+SELECT id, task, status FROM __schema__.jobs_history WHERE id = ANY(%(ids)s::bigint[]);
+
 -- name: batch_insert
 INSERT INTO __schema__.batches (jobs, jobs_left, on_finish, on_success)
 VALUES (%(jobs)s, %(jobs)s, %(on_finish)s::jsonb, %(on_success)s::jsonb)

@@ -191,6 +191,15 @@ FROM (
 GROUP BY queue
 ORDER BY queue;
 
+-- name: doctor_history_size
+-- The history retention mode's jobs_history (docs/retention.md): how many partitions and
+-- how many bytes, from the catalogue alone. No table (a schema before migration 8):
+-- none and 0.
+SELECT count(i.inhrelid) AS partitions,
+       coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint AS bytes
+FROM pg_inherits AS i
+WHERE i.inhparent = to_regclass(%(table)s);
+
 -- name: doctor_jobs_indexes
 -- A jobs table's indexes as the catalogue defines them. body is the definition from
 -- USING on, which does not name the table, so the live schema's indexes and those of a

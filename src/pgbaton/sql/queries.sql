@@ -482,31 +482,80 @@ SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, 
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
--- name: job_list
+-- name: job_get_archived
+-- A job that job_get did not find may have been moved to jobs_history (the history
+-- retention mode, docs/retention.md): read after job_get, never before, so a job moved
+-- between the two is found here (a move is one statement, and jobs never move back).
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at, batch_id, waiting_for
-FROM __schema__.jobs
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-ORDER BY id DESC
+       started_at, finished_at, batch_id, waiting_for, meta
+FROM __schema__.jobs_history
+WHERE id = %(id)s
+LIMIT 1;
+
+-- name: job_list
+-- The newest jobs of jobs and of jobs_history (done jobs moved by the history retention
+-- mode) together, each read newest first by its id index. The history is read only
+-- when the filter may hold done jobs (a one-time filter on the parameter), so a list of
+-- failed jobs never walks it.
+SELECT listed.* FROM (
+    (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+            idempotency_key, claim_token, lease_until, worker_id, errors, result,
+            created_at, started_at, finished_at, batch_id, waiting_for
+     FROM __schema__.jobs
+     WHERE (%(status)s::text IS NULL OR status = %(status)s)
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task = %(task)s)
+     ORDER BY id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+            idempotency_key, claim_token, lease_until, worker_id, errors, result,
+            created_at, started_at, finished_at, batch_id, waiting_for
+     FROM __schema__.jobs_history
+     WHERE (%(status)s::text IS NULL OR %(status)s::text = 'done')
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+       AND (%(task)s::text IS NULL OR task = %(task)s)
+     ORDER BY id DESC
+     LIMIT %(limit)s)
+) AS listed
+ORDER BY listed.id DESC
 LIMIT %(limit)s;
 
 -- name: queue_stats
-SELECT queue,
-       count(*) FILTER (WHERE status = 'pending')   AS pending,
-       count(*) FILTER (WHERE status = 'running')   AS running,
-       count(*) FILTER (WHERE status = 'done')      AS done,
-       count(*) FILTER (WHERE status = 'failed')    AS failed,
-       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-       count(*) FILTER (WHERE status = 'running' AND lease_until < now()) AS expired_leases,
-       extract(epoch FROM now() - min(run_at) FILTER (
-           WHERE status = 'pending' AND run_at <= now()))::float8 AS oldest_pending_seconds,
-       count(*) FILTER (WHERE status = 'waiting')   AS waiting
-FROM __schema__.jobs
-GROUP BY queue
-ORDER BY queue;
+-- Per queue, the jobs of jobs by status; `done` counts the done jobs moved to
+-- jobs_history as well, so it means the same in both retention modes: the done jobs
+-- kept (docs/retention.md). Each table is read whole, as in delete mode, where the
+-- same rows sit in jobs.
+SELECT coalesce(j.queue, h.queue) AS queue,
+       coalesce(j.pending, 0) AS pending,
+       coalesce(j.running, 0) AS running,
+       coalesce(j.done, 0) + coalesce(h.done, 0) AS done,
+       coalesce(j.failed, 0) AS failed,
+       coalesce(j.cancelled, 0) AS cancelled,
+       coalesce(j.expired_leases, 0) AS expired_leases,
+       j.oldest_pending_seconds,
+       coalesce(j.waiting, 0) AS waiting
+FROM (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'pending')   AS pending,
+           count(*) FILTER (WHERE status = 'running')   AS running,
+           count(*) FILTER (WHERE status = 'done')      AS done,
+           count(*) FILTER (WHERE status = 'failed')    AS failed,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE status = 'running' AND lease_until < now())
+               AS expired_leases,
+           extract(epoch FROM now() - min(run_at) FILTER (
+               WHERE status = 'pending' AND run_at <= now()))::float8
+               AS oldest_pending_seconds,
+           count(*) FILTER (WHERE status = 'waiting')   AS waiting
+    FROM __schema__.jobs
+    GROUP BY queue
+) AS j
+FULL JOIN (
+    SELECT queue, count(*) AS done FROM __schema__.jobs_history GROUP BY queue
+) AS h ON h.queue = j.queue
+ORDER BY 1;
 
 -- name: job_prune
 -- Finished jobs older than the retention go, a bounded batch at a time so that a
@@ -519,6 +568,59 @@ WHERE id IN (
     LIMIT %(limit)s
 )
 RETURNING id;
+
+-- name: history_prepare
+-- The history retention mode's mover (docs/retention.md), step one, in the transaction
+-- of its move: the partition bins of the next batch, each bin's partitions created if
+-- missing, and the history lock shared until commit (jobs_history_prepare, schema.sql).
+SELECT __schema__.jobs_history_prepare(%(after)s::float8, %(width)s::float8, %(limit)s)
+    AS bins;
+
+-- name: job_archive
+-- Step two, one statement: done jobs without an explicit idempotency key (those keep
+-- enqueue_once's window in jobs until the retention), finished more than `after`
+-- seconds ago and in the bins history_prepare made ready, move from jobs to
+-- jobs_history, a bounded batch at a time, oldest first. SKIP LOCKED: it never waits
+-- for a worker or another mover, and two movers never take one job. Leaving jobs by
+-- DELETE, a job fires jobs_ended_by_delete exactly as a pruned one does. Column for
+-- column (SELECT *): jobs_history has jobs' columns in jobs' order.
+WITH candidate AS (
+    SELECT id FROM __schema__.jobs
+    WHERE status = 'done' AND idempotency_key IS NULL
+      AND finished_at < now() - make_interval(secs => %(after)s::float8)
+      AND date_bin(make_interval(secs => %(width)s::float8), finished_at,
+                   timestamptz '2000-01-01 00:00:00+00') = ANY(%(bins)s::timestamptz[])
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    DELETE FROM __schema__.jobs AS j
+    USING candidate
+    WHERE j.id = candidate.id AND j.status = 'done'
+    RETURNING j.*
+),
+archived AS (
+    INSERT INTO __schema__.jobs_history SELECT * FROM moved
+    RETURNING 1
+)
+SELECT count(*) AS moved FROM archived;
+
+-- name: history_drop
+-- The partitions of jobs_history whose whole range ended more than `retention` seconds
+-- ago are dropped, each under a lock_timeout of `lock_wait` seconds; a row per
+-- partition dropped (dropped) or not granted its lock (NOT dropped: retried at the next
+-- run). jobs_history_drop in schema.sql.
+SELECT name, dropped
+FROM __schema__.jobs_history_drop(%(retention)s::float8, %(lock_wait)s::float8);
+
+-- name: history_partitions_list
+-- The partitions of jobs_history, oldest first, with their bounds and sizes (`pgbaton
+-- doctor`, tests).
+SELECT p.name, p.from_at, p.to_at,
+       pg_total_relation_size(('__schema__.' || quote_ident(p.name))::regclass) AS bytes
+FROM __schema__.jobs_history_partitions() AS p
+ORDER BY p.from_at;
 
 -- name: leader_try_acquire
 -- A session-level lock: held while the leader's connection lives, released by
@@ -555,6 +657,11 @@ DELETE FROM __schema__.jobs
 WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
   AND (claim_token IS NULL OR lease_until <= now())
 RETURNING id;
+
+-- name: job_delete_archived
+-- A done job moved to jobs_history (docs/retention.md), deleted by an operator (its
+-- args may be what must go) before its partition is dropped; tried after job_delete.
+DELETE FROM __schema__.jobs_history WHERE id = %(id)s RETURNING id;
 
 -- name: job_run_now
 -- A scheduled job becomes due now, and the workers of its queue are woken.

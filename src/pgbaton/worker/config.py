@@ -10,7 +10,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .._checks import check_partition_width
 from ..errors import InvalidArgument
+from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 
 
 def default_worker_id() -> str:
@@ -36,6 +38,15 @@ class WorkerConfig:
     reap_interval: float = 1.0
     prune_interval: float = 60.0
     retention: float = 7 * 24 * 3600.0
+    # How finished jobs leave the jobs table (docs/retention.md): "delete" deletes them
+    # after `retention`; "history" moves done jobs without an explicit idempotency key
+    # to the partitioned jobs_history once they finished history_after seconds ago, in
+    # partitions history_partition seconds wide (whole minutes), and drops each
+    # partition whole once its range is past `retention`. The rest (failed, cancelled,
+    # and done jobs with an idempotency key) is deleted after `retention` in both modes.
+    retention_mode: str = DEFAULT_RETENTION_MODE
+    history_after: float = 3600.0
+    history_partition: float = 86400.0
     periodic_interval: float = 0.2
     elect_interval: float = 2.0
     # A part (producer, heartbeat, ...) that raises this many times within
@@ -73,6 +84,13 @@ class WorkerConfig:
         ):
             _check_positive(name, getattr(self, name))
         _check_positive("shutdown_grace", self.shutdown_grace, zero_ok=True)
+        if self.retention_mode not in RETENTION_MODES:
+            raise InvalidArgument(
+                f"retention_mode must be one of {', '.join(map(repr, RETENTION_MODES))}, "
+                f"got {self.retention_mode!r}"
+            )
+        _check_positive("history_after", self.history_after, zero_ok=True)
+        check_partition_width("history_partition", self.history_partition)
         _check_positive("connect_timeout", self.connect_timeout, zero_ok=True)
         if not 0 < self.loop_block_fraction < 1:
             raise InvalidArgument(

@@ -177,7 +177,10 @@ class Worker:
     def _make_leader(self, connect: SessionConnect) -> Leader:
         services: list[Any] = [
             Reaper(self.queue, self.config.reap_interval),
-            Pruner(self.queue, self.config.prune_interval, self.config.retention),
+            Pruner(self.queue, self.config.prune_interval, self.config.retention,
+                   mode=self.config.retention_mode,
+                   history_after=self.config.history_after,
+                   history_partition=self.config.history_partition),
             Ager(self.queue, self.config.reap_interval),  # each queue's `every` decides
         ]
         # This database's leader schedules the periodic jobs whose queue lives here.
