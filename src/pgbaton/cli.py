@@ -462,8 +462,9 @@ def prune(
     older_than: float, retention_mode: str, history_after: float, history_partition: float,
     dsn: str | None, schema: str, embedded: bool,
 ) -> None:
-    """Delete done, failed and cancelled jobs that finished long enough ago (or, in
-    history mode, move the done ones to jobs_history and drop its old partitions).
+    """Take out finished jobs: in history mode (the default) move done jobs to
+    jobs_history and drop its partitions past the retention; in both modes delete the
+    finished jobs past the retention that are left in the jobs table.
 
     Safe beside a running fleet: its leader does the same every minute, and neither
     waits for nor undoes the other."""
