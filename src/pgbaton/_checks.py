@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -130,6 +131,18 @@ def check_seconds(name: str, value: float, *, positive: bool = False) -> float:
             f"{name} must be a {bound} number of seconds, at most ten years, got {value!r}"
         )
     return float(value)
+
+
+def check_tokens(name: str, tokens: Iterable[uuid.UUID] | None) -> list[uuid.UUID] | None:
+    """Claim tokens (a claim's `finished`): UUIDs only; None or none given: None."""
+    if tokens is None:
+        return None
+    checked = list(tokens)
+    for token in checked:
+        if not isinstance(token, uuid.UUID):
+            raise InvalidArgument(f"{name} must hold claim tokens (uuid.UUID), "
+                                  f"got {token!r}")
+    return checked or None
 
 
 def check_partition_width(name: str, value: float) -> float:

@@ -43,6 +43,7 @@ from ._checks import (
     check_seconds,
     check_status,
     check_tasks,
+    check_tokens,
     copy_job_rows,
     copy_values,
     encode_job_rows,
@@ -91,19 +92,8 @@ def _claim_params(
         "lease": check_lease(lease),
         "queues": check_queues(queues),
         "tasks": check_tasks(tasks),
-        "finished": _check_tokens("finished", finished),
+        "finished": check_tokens("finished", finished),
     }
-
-
-def _check_tokens(name: str, tokens: Iterable[uuid.UUID] | None) -> list[uuid.UUID] | None:
-    if tokens is None:
-        return None
-    checked = list(tokens)
-    for token in checked:
-        if not isinstance(token, uuid.UUID):
-            raise InvalidArgument(f"{name} must hold claim tokens (uuid.UUID), "
-                                  f"got {token!r}")
-    return checked or None
 
 
 def _claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBatch:
