@@ -15,6 +15,12 @@ enqueue and the enqueue-to-start latency. Prints figures; run it alone on a quie
    costs to wake.
 4. One job at an idle worker, the real Worker timed at each hand-off: the enqueue call,
    the NOTIFY reaching the worker, the claim, the handler's first line.
+5. The step that section 4 finds the largest, the claim after an idle pause, three ways
+   taking turns job by job, each timed from the enqueue's return to the claim's rows:
+   pgbaton's claim on a connection of its own (as the worker's pool runs it), the same
+   claim on the LISTEN connection whose backend has just delivered the NOTIFY (awake, if
+   waking is the cost), and a read-only SELECT of the job's columns (what the write
+   adds).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton._checks import job_params
+from pgbaton.queue_async import _claim_params
 from pgbaton.worker import Worker, WorkerConfig
 
 from .common import find_server, fresh_database, percentile
@@ -191,6 +198,57 @@ async def latency_timeline(dsn: str, jobs: int) -> None:
           " had returned to the producer, which shares the process)")
 
 
+async def claim_after_idle(dsn: str, jobs: int) -> None:
+    print(f"5. The claim after an idle pause, three ways in turn, {jobs} jobs each:"
+          " enqueue returned -> rows back")
+    queue = app.async_queue
+    options = "-c plan_cache_mode=force_generic_plan"  # as the worker's pool connections
+    enqueuer, own, listener = [
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True, options=options,
+                                              prepare_threshold=0)
+        for _ in range(3)
+    ]
+    await listener.execute(f'LISTEN "{queue.channel}"')  # type: ignore[arg-type]
+    claim = queue._sql["job_claim_many"]
+    params = _claim_params("breakdown", 8, 30.0, None, None, finished=None)
+    read_only = (f"SELECT id, claim_token, attempts, max_attempts, task, args, key, queue,"
+                 f" priority, run_at, lease_until, idempotency_key, created_at, meta"
+                 f" FROM {SCHEMA}.jobs WHERE status = 'pending' LIMIT 8")
+    insert = queue._sql["job_insert"]
+    insert_params = {**job_params("noop", {"seq": 1}), "meta": None}
+    finish = f"DELETE FROM {SCHEMA}.jobs"
+    ways: dict[str, tuple[psycopg.AsyncConnection[Any], str, Any]] = {
+        "claim, a connection of its own": (own, claim, params),
+        "claim, the LISTEN connection": (listener, claim, params),
+        "read-only SELECT, its own": (own, read_only, None),
+    }
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    names = list(ways)
+    rng = random.Random(5)
+    await enqueuer.execute(finish)  # type: ignore[arg-type]
+    for turn in range(-3, jobs * len(names)):  # three warm-up turns, not counted
+        name = names[turn % len(names)]
+        conn, statement, statement_params = ways[name]
+        await asyncio.sleep(rng.uniform(*IDLE_SECONDS))
+        await (await enqueuer.execute(insert, insert_params)).fetchall()
+        returned = time.perf_counter()
+        async for _ in listener.notifies(timeout=5, stop_after=1):
+            pass
+        rows = await (await conn.execute(statement, statement_params,  # type: ignore[arg-type]
+                                         binary=True)).fetchall()
+        took = time.perf_counter() - returned
+        if len(rows) != 1:
+            raise SystemExit(f"{name}: {len(rows)} rows, expected the one job")
+        await enqueuer.execute(finish)  # type: ignore[arg-type]
+        if turn >= 0:
+            times[name].append(took)
+    for name, samples in times.items():
+        print(f"   {name:32s} p50 {ms(statistics.median(samples))}"
+              f"  p90 {ms(percentile(samples, 0.90))}")
+    for conn in (enqueuer, own, listener):
+        await conn.close()
+
+
 async def main(args: argparse.Namespace) -> None:
     server_dsn, server, chosen = find_server(args.dsn)
     print(f"server: {chosen}")
@@ -204,6 +262,7 @@ async def main(args: argparse.Namespace) -> None:
                 await enqueue_layers(dsn, args.calls)
                 await backend_wakeups(dsn, args.calls)
                 await latency_timeline(dsn, args.jobs)
+                await claim_after_idle(dsn, args.jobs)
             finally:
                 await app.async_queue.close()
     finally:

@@ -192,12 +192,20 @@ def load_app(spec: str) -> App:
               help="How the leader's pruner takes finished jobs out of the jobs table: "
                    "delete them, or move done ones to jobs_history first "
                    "(docs/retention.md).")
+@click.option("--vacuum-dead-tuples", type=click.IntRange(0, 2**31 - 1), default=50_000,
+              show_default=True,
+              help="The leader VACUUMs the jobs table once it counts this many dead row "
+                   "versions (and 5% of the live ones), so that claims do not read over "
+                   "them (docs/scaling.md).")
+@click.option("--no-vacuum", is_flag=True,
+              help="Leave the jobs table to autovacuum: the leader never VACUUMs it.")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
     queues: str | None, concurrency: int, processes: int, claim_ahead: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     listen_dsn: str | None, connect_timeout: float, log_level: str, log_format: str,
     stats_file: str | None, metrics_port: int | None, retention_mode: str,
+    vacuum_dead_tuples: int, no_vacuum: bool,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
@@ -238,6 +246,7 @@ def worker(
         listen_dsn=normalize_dsn(listen_dsn, "--listen-dsn") if listen_dsn else None,
         connect_timeout=connect_timeout,
         retention_mode=retention_mode,
+        vacuum_dead_tuples=None if no_vacuum else vacuum_dead_tuples,
     )
     if processes > 1:  # a refusal is one line here, not one per worker process
         plan_sessions(config, dsn)

@@ -46,6 +46,8 @@ EVENTS: dict[str, str] = {
     "job.archived": "the pruner moved done jobs to jobs_history (count; history mode)",
     "history.dropped": "the pruner dropped partitions of jobs_history past the retention "
                        "(count; history mode)",
+    "jobs.vacuumed": "the leader vacuumed the jobs table (count: the dead row versions "
+                     "the statistics counted before)",
     "leader.elected": "this worker became the maintenance leader",
     "leader.lost": "this worker stopped being the maintenance leader",
     "worker.started": "a worker process opened its connections and started claiming",

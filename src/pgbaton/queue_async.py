@@ -57,7 +57,12 @@ from ._transient import is_connection_loss
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .enqueue_hook import enqueue_span, meta_json
-from .errors import ConnectionFailed, IdempotencyKeyTaken, InvalidArgument
+from .errors import (
+    ConfigurationError,
+    ConnectionFailed,
+    IdempotencyKeyTaken,
+    InvalidArgument,
+)
 from .events import Event, Events
 from .flow import (
     ClaimBatch,
@@ -850,6 +855,44 @@ class AsyncQueue:
         }
         rows = await self._fetch("history_drop", params)
         return sum(1 for row in rows if row["dropped"])
+
+    async def vacuum(self, *, min_dead: int = 0, min_dead_share: float = 0.0) -> int:
+        """VACUUM the jobs table once the statistics count at least `min_dead` dead row
+        versions in it, and at least `min_dead_share` times its live ones (docs/
+        scaling.md, "The claim's dead head"). Returns that count when the VACUUM ran;
+        0 when there were fewer, or when another VACUUM or DDL held the table (skipped,
+        never waited for). Raises ConfigurationError when this role may not vacuum the
+        table, before trying."""
+        min_dead = check_int4("min_dead", min_dead, minimum=0)
+        if (isinstance(min_dead_share, bool) or not isinstance(min_dead_share, int | float)
+                or not 0 <= min_dead_share < math.inf):
+            raise InvalidArgument(
+                f"min_dead_share must be a finite number >= 0, got {min_dead_share!r}"
+            )
+        (state,) = await self._fetch("jobs_vacuum_state", {"schema": self.schema})
+        if not state["allowed"]:
+            raise ConfigurationError(
+                f"the role of {redact_dsn(self.dsn)} may not VACUUM {self.schema}.jobs: "
+                f"it needs to own the table or the database, or, from PostgreSQL 17, "
+                f"GRANT MAINTAIN ON {self.schema}.jobs"
+            )
+        dead = int(state["dead"])
+        if dead == 0 or dead < min_dead or dead < min_dead_share * int(state["live"]):
+            return 0
+        skipped: list[str] = []
+
+        def note(notice: psycopg.errors.Diagnostic) -> None:
+            if notice.sqlstate == "55P03":  # lock_not_available: SKIP_LOCKED skipped it
+                skipped.append(notice.message_primary or "")
+
+        async with self._connection() as pooled:
+            pooled.add_notice_handler(note)
+            try:
+                # Not prepared: a utility statement, run every few seconds at most.
+                await pooled.execute(self._sql["jobs_vacuum"], prepare=False)
+            finally:
+                pooled.remove_notice_handler(note)
+        return 0 if skipped else dead
 
     async def history_partitions(self) -> list[HistoryPartition]:
         """The partitions of jobs_history, oldest first, with their bounds and sizes."""

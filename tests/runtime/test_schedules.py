@@ -67,6 +67,9 @@ class Broken:
     def on_elected(self) -> None:
         pass
 
+    def on_deposed(self) -> None:
+        pass
+
     async def run_once(self) -> int:
         raise RuntimeError("a service with a bug")
 

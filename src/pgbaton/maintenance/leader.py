@@ -79,14 +79,20 @@ class Leader:
         due = {service.name: 0.0 for service in self.services}
         for service in self.services:
             service.on_elected()
-        while True:
+        try:
+            while True:
+                for service in self.services:
+                    if loop.time() >= due[service.name]:
+                        await self._run_service(service)
+                        due[service.name] = loop.time() + service.interval
+                # Proves the session that holds the lock is still alive; raises if not.
+                await self.queue.ping(conn)
+                await asyncio.sleep(max(self.tick, min(due.values()) - loop.time()))
+        finally:
+            # Lost the lock, or stopping: what a service left running must not outlive
+            # the term (another worker leads now, or the pool closes).
             for service in self.services:
-                if loop.time() >= due[service.name]:
-                    await self._run_service(service)
-                    due[service.name] = loop.time() + service.interval
-            # Proves the session that holds the lock is still alive; raises if it is not.
-            await self.queue.ping(conn)
-            await asyncio.sleep(max(self.tick, min(due.values()) - loop.time()))
+                service.on_deposed()
 
     async def _run_service(self, service: Service) -> None:
         try:

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from croniter import croniter
 
 from ..app import Periodic
+from ..errors import ConfigurationError
 from ..queue_async import AsyncQueue
 
 logger = logging.getLogger("pgbaton.maintenance")
@@ -23,6 +24,9 @@ class Service(Protocol):
 
     def on_elected(self) -> None:
         """Called each time this worker becomes leader, before the first run_once()."""
+
+    def on_deposed(self) -> None:
+        """Called when this worker stops leading (lost lock, stop): cancel what runs on."""
 
     async def run_once(self) -> int | Mapping[str, int]:
         """What the run did: a count of `event`, or a count per event name."""
@@ -39,6 +43,9 @@ class Reaper:
         self.interval = interval
 
     def on_elected(self) -> None:
+        pass
+
+    def on_deposed(self) -> None:
         pass
 
     async def run_once(self) -> int:
@@ -98,6 +105,9 @@ class Pruner:
     def on_elected(self) -> None:
         pass
 
+    def on_deposed(self) -> None:
+        pass
+
     async def run_once(self) -> dict[str, int]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.BUDGET_SECONDS
@@ -142,6 +152,69 @@ class Pruner:
                 return total, behind
 
 
+class Vacuumer:
+    """VACUUMs the jobs table when its dead row versions pass a threshold, so that the
+    claim does not read over them (docs/scaling.md, "The claim's dead head").
+
+    Every claim leaves behind the entry of its job in jobs_claimable, marked dead by
+    the next index scan but kept until a VACUUM removes it; those entries gather at
+    the head of the index, where each claim starts, so a claim reads every one left
+    since the last VACUUM. Autovacuum comes to a database at most once per
+    autovacuum_naptime (a minute by default): at 5,000 jobs a second that is 1,400
+    index pages of dead entries for every claim to read by the end of the minute, and
+    a claim that costs five times its usual. The leader looks every `interval` and
+    vacuums once the statistics count `min_dead` dead versions and at least
+    MIN_DEAD_SHARE of the live ones (so that a large table, whose every index a VACUUM
+    reads whole, is vacuumed less often).
+
+    The VACUUM runs as a task of its own, so that a long one never holds up the reaper
+    beside it; its count (or its error) comes out of the next run_once() after it
+    ends, and a deposed leader cancels it. A role that may not vacuum the table is
+    told once and the table left to autovacuum until the next election."""
+
+    name = "vacuumer"
+    event = "jobs.vacuumed"
+    MIN_DEAD_SHARE = 0.05
+
+    def __init__(self, queue: AsyncQueue, interval: float, min_dead: int) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.min_dead = min_dead
+        self.allowed = True
+        self._running: asyncio.Task[int] | None = None
+
+    def on_elected(self) -> None:
+        self.allowed = True
+
+    def on_deposed(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            self._running = None
+
+    async def run_once(self) -> int:
+        if self._running is not None:
+            if not self._running.done():
+                return 0
+            finished, self._running = self._running, None
+            dead = finished.result()  # what the VACUUM raised is the leader's to log
+            if dead:
+                logger.debug("vacuumed the jobs table: %d dead row versions", dead)
+            return dead
+        if self.allowed:
+            self._running = asyncio.create_task(self._vacuum(), name="pgbaton vacuum")
+        return 0
+
+    async def _vacuum(self) -> int:
+        try:
+            return await self.queue.vacuum(min_dead=self.min_dead,
+                                           min_dead_share=self.MIN_DEAD_SHARE)
+        except ConfigurationError as error:
+            self.allowed = False
+            logger.warning("%s; leaving the jobs table to autovacuum (vacuum_dead_tuples="
+                           "None turns the leader's vacuum off)", error)
+            return 0
+
+
 class Ager:
     """Priority aging: raises the priority of jobs that have waited long in queues that
     ask for it (docs/flow_control.md). Each queue's own `every` decides when its pass is
@@ -155,6 +228,9 @@ class Ager:
         self.interval = interval
 
     def on_elected(self) -> None:
+        pass
+
+    def on_deposed(self) -> None:
         pass
 
     async def run_once(self) -> int:
@@ -189,6 +265,9 @@ class Scheduler:
         # A new term starts afresh: ticks are computed from the clock, not remembered
         # from a term that may have ended long ago.
         self._next.clear()
+
+    def on_deposed(self) -> None:
+        pass
 
     async def run_once(self) -> int:
         now = dt.datetime.now(dt.UTC)

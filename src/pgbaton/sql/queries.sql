@@ -569,6 +569,31 @@ WHERE id IN (
 )
 RETURNING id;
 
+-- name: jobs_vacuum_state
+-- The leader's vacuum (maintenance/services.py, Vacuumer; docs/scaling.md, "The claim's
+-- dead head"): the jobs table's dead and live row versions as the statistics count
+-- them, and whether this role may VACUUM it, as PostgreSQL decides: a superuser, the table's
+-- owner or the database's (or a role with their privileges), and from PostgreSQL 17 a
+-- role granted MAINTAIN on it. The CASE keeps MAINTAIN away from older servers, which
+-- do not know it.
+SELECT coalesce(s.n_dead_tup, 0) AS dead, coalesce(s.n_live_tup, 0) AS live,
+       (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user)
+       OR pg_has_role(c.relowner, 'USAGE')
+       OR pg_has_role((SELECT d.datdba FROM pg_database AS d
+                       WHERE d.datname = current_database()), 'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END AS allowed
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.relname = 'jobs'
+  AND c.relnamespace = (SELECT n.oid FROM pg_namespace AS n WHERE n.nspname = %(schema)s);
+
+-- name: jobs_vacuum
+-- Outside any transaction block (VACUUM refuses one). SKIP_LOCKED: when another VACUUM
+-- (autovacuum's, or an operator's) or DDL holds the table, skip it with a warning
+-- (SQLSTATE 55P03) instead of waiting behind it.
+VACUUM (SKIP_LOCKED) __schema__.jobs;
+
 -- name: history_prepare
 -- The history retention mode's mover (docs/retention.md), step one, in the transaction
 -- of its move: the partition bins of the next batch, each bin's partitions created if

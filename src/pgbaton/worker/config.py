@@ -47,6 +47,13 @@ class WorkerConfig:
     retention_mode: str = DEFAULT_RETENTION_MODE
     history_after: float = 3600.0
     history_partition: float = 86400.0
+    # The leader VACUUMs the jobs table, every vacuum_interval seconds at most, once the
+    # statistics count vacuum_dead_tuples dead row versions in it (and 5% of the live
+    # ones): a busy queue's claims then stop reading over the dead entries that gather
+    # at the head of the claim's index between autovacuum's visits (docs/scaling.md,
+    # "The claim's dead head"). None: leave the table to autovacuum alone.
+    vacuum_interval: float = 10.0
+    vacuum_dead_tuples: int | None = 50_000
     periodic_interval: float = 0.2
     elect_interval: float = 2.0
     # A part (producer, heartbeat, ...) that raises this many times within
@@ -80,7 +87,7 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         for name in (
             "lease", "poll_interval", "reap_interval", "prune_interval", "retention",
-            "periodic_interval", "elect_interval", "part_failure_window",
+            "periodic_interval", "elect_interval", "part_failure_window", "vacuum_interval",
         ):
             _check_positive(name, getattr(self, name))
         _check_positive("shutdown_grace", self.shutdown_grace, zero_ok=True)
@@ -100,6 +107,15 @@ class WorkerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.vacuum_dead_tuples is not None and (
+            isinstance(self.vacuum_dead_tuples, bool)
+            or not isinstance(self.vacuum_dead_tuples, int)
+            or not 0 <= self.vacuum_dead_tuples <= 2**31 - 1
+        ):
+            raise InvalidArgument(
+                f"vacuum_dead_tuples must be a whole number from 0 to {2**31 - 1}, or None "
+                f"(no vacuum by the leader), got {self.vacuum_dead_tuples!r}"
+            )
         if (isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
                 or self.claim_ahead < 0):
             raise InvalidArgument(

@@ -33,7 +33,7 @@ from typing import Any
 from ..app import App
 from ..dsn import with_application_name
 from ..events import EVENTS, Event
-from ..maintenance import Ager, Leader, Pruner, Reaper, Scheduler
+from ..maintenance import Ager, Leader, Pruner, Reaper, Scheduler, Vacuumer
 from ..models import Claim
 from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
@@ -183,6 +183,9 @@ class Worker:
                    history_partition=self.config.history_partition),
             Ager(self.queue, self.config.reap_interval),  # each queue's `every` decides
         ]
+        if self.config.vacuum_dead_tuples is not None:
+            services.append(Vacuumer(self.queue, self.config.vacuum_interval,
+                                     self.config.vacuum_dead_tuples))
         # This database's leader schedules the periodic jobs whose queue lives here.
         periodics = [p for p in self.app.periodics
                      if self.app.route_of(p.task.queue) == self.route]
