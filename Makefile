@@ -45,7 +45,8 @@ bench:
 # Steady load at half the measured drain for 30 minutes on the embedded PostgreSQL 18, the
 # retention modes delete and history side by side (each its own schema, producer and
 # worker, on one server); writes benchmarks/results/soak.{csv,png,md} (benchmarks/README.md,
-# "The soak"). SOAK_ARGS="--modes delete" runs one lane.
+# "The soak"). SOAK_ARGS="--modes history --out benchmarks/results/soak-history" runs the
+# default mode alone (issue 16's item 5); SOAK_ARGS="--modes delete" runs one lane.
 soak:
 	PYTHON=$(PYTHON) bash benchmarks/setup_venv.sh
 	.venv-bench/bin/python -m benchmarks.soak $(SOAK_ARGS)
