@@ -874,7 +874,7 @@ class Queue:
         (state,) = self._fetch("jobs_vacuum_state", {"schema": self.schema})
         if not state["allowed"]:
             raise ConfigurationError(
-                f"the role of {redact_dsn(self.dsn)} may not VACUUM {self.schema}.jobs: "
+                f"role {state['role']!r} may not VACUUM {self.schema}.jobs: "
                 f"it needs to own the table or the database, or, from PostgreSQL 17, "
                 f"GRANT MAINTAIN ON {self.schema}.jobs"
             )

@@ -6,6 +6,7 @@ with an event."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections import Counter
@@ -16,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 
 import pgbaton
 from pgbaton.errors import ConfigurationError, InvalidArgument
+from pgbaton.maintenance import Leader, Vacuumer
 from pgbaton.testing import WorkerThread
 from tests.runtime.conftest import scalar, wait_until
 
@@ -99,7 +101,7 @@ def test_a_role_that_may_not_vacuum_is_told_how_to_fix_it(
         with pgbaton.Queue(make_conninfo(dsn, user=role), schema=schema) as other:
             with pytest.raises(ConfigurationError, match=r"may not VACUUM .*\.jobs") as error:
                 other.vacuum(min_dead=1)
-            assert "MAINTAIN" in str(error.value)
+            assert "MAINTAIN" in str(error.value) and role in str(error.value)
             if db.info.server_version >= 170000:
                 db.execute(f'GRANT MAINTAIN ON "{schema}".jobs TO "{role}"')
                 assert other.vacuum(min_dead=1) > 0
@@ -159,3 +161,30 @@ def test_no_vacuum_leaves_the_table_to_autovacuum(dsn: str, schema: str, queue, 
                    what="leadership")
         names = [s.name for s in running.worker.leader.services]  # type: ignore[union-attr]
     assert "vacuumer" not in names and "reaper" in names
+
+
+async def test_a_deposed_leader_leaves_no_vacuum_running(aqueue: pgbaton.AsyncQueue, db):
+    """The leader starts its VACUUM as a task of its own; when the leader stops (here:
+    cancelled, as a stopping worker does), that task is cancelled or done, never left
+    running past the term."""
+    await aqueue.enqueue_many([{"task": "noop"} for _ in range(3000)])
+    for claim in await aqueue.claim("w", limit=3000):
+        assert await aqueue.complete(claim)
+    wait_until(lambda: scalar(db, DEAD) >= 3000, timeout=15, what="dead rows counted")
+    vacuumer = Vacuumer(aqueue, interval=30.0, min_dead=1)
+    leader = Leader(aqueue, [vacuumer], elect_interval=0.05, tick=0.01)
+    run = asyncio.create_task(leader.run())
+    try:
+        for _ in range(500):
+            if vacuumer._running is not None:
+                break
+            await asyncio.sleep(0.01)
+        started = vacuumer._running
+        assert started is not None, "the leader never started its VACUUM"
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+    assert vacuumer._running is None
+    # Cancelled (or already finished) by the leader's end, not merely forgotten.
+    assert started.done() or started.cancelling() > 0
+    await asyncio.gather(started, return_exceptions=True)

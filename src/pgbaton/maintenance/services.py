@@ -168,8 +168,9 @@ class Vacuumer:
     reads whole, is vacuumed less often).
 
     The VACUUM runs as a task of its own, so that a long one never holds up the reaper
-    beside it; its count (or its error) comes out of the next run_once() after it
-    ends, and a deposed leader cancels it. A role that may not vacuum the table is
+    beside it; its count (or its error) comes out of the first run_once() after it
+    ends, and the one after that may start the next: at most one VACUUM every two
+    intervals. A deposed leader cancels the one running. A role that may not vacuum the table is
     told once and the table left to autovacuum until the next election."""
 
     name = "vacuumer"
@@ -187,9 +188,15 @@ class Vacuumer:
         self.allowed = True
 
     def on_deposed(self) -> None:
-        if self._running is not None:
-            self._running.cancel()
-            self._running = None
+        running, self._running = self._running, None
+        if running is None:
+            return
+        if not running.done():
+            running.cancel()
+        elif not running.cancelled() and running.exception() is not None:
+            # Ended with the term, before a run_once() could hand its error on.
+            logger.warning("the leader's VACUUM of the jobs table failed: %s",
+                           running.exception())
 
     async def run_once(self) -> int:
         if self._running is not None:

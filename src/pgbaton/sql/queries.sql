@@ -577,6 +577,7 @@ RETURNING id;
 -- role granted MAINTAIN on it. The CASE keeps MAINTAIN away from older servers, which
 -- do not know it.
 SELECT coalesce(s.n_dead_tup, 0) AS dead, coalesce(s.n_live_tup, 0) AS live,
+       current_user AS role,
        (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user)
        OR pg_has_role(c.relowner, 'USAGE')
        OR pg_has_role((SELECT d.datdba FROM pg_database AS d

@@ -47,11 +47,12 @@ class WorkerConfig:
     retention_mode: str = DEFAULT_RETENTION_MODE
     history_after: float = 3600.0
     history_partition: float = 86400.0
-    # The leader VACUUMs the jobs table, every vacuum_interval seconds at most, once the
-    # statistics count vacuum_dead_tuples dead row versions in it (and 5% of the live
-    # ones): a busy queue's claims then stop reading over the dead entries that gather
-    # at the head of the claim's index between autovacuum's visits (docs/scaling.md,
-    # "The claim's dead head"). None: leave the table to autovacuum alone.
+    # The leader looks every vacuum_interval seconds and VACUUMs the jobs table (at most
+    # every other look) once the statistics count vacuum_dead_tuples dead row versions
+    # in it and 5% of the live ones: a busy queue's claims then stop reading over the
+    # dead entries that gather at the head of the claim's index between autovacuum's
+    # visits (docs/scaling.md, "The claim's dead head"). None: leave the table to
+    # autovacuum alone.
     vacuum_interval: float = 10.0
     vacuum_dead_tuples: int | None = 50_000
     periodic_interval: float = 0.2
