@@ -20,6 +20,26 @@ from .test_command import ROOT, environment
 from .test_metrics import free_port
 
 
+def _sessions(dsn: str) -> list[tuple[object, ...]]:
+    """What every other session of the server is doing, and which lock it waits for:
+    what a test says when something did not end."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT pid, application_name, state, wait_event_type, wait_event,"
+            " pg_blocking_pids(pid), left(query, 120) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchall()
+
+
+def _drained(lines: queue_module.Queue[str]) -> list[str]:
+    drained = []
+    while True:
+        try:
+            drained.append(lines.get_nowait())
+        except queue_module.Empty:
+            return drained
+
+
 def _page(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as answer:
         return str(answer.read().decode())
@@ -88,7 +108,14 @@ def test_the_demo_is_watched_live_and_kept_until_ctrl_c(dsn: str) -> None:
         failed = _page(f"{base}/jobs?status=failed")
         assert "poison" in failed
         process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0, "".join(seen)
+        try:
+            status = process.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"the demo did not end within 60 s of SIGINT; its output: {''.join(seen)}"
+                f"{''.join(_drained(lines))}; the server's sessions then: {_sessions(dsn)}"
+            ) from None
+        assert status == 0, "".join(seen)
     finally:
         if process.poll() is None:
             process.kill()
