@@ -68,7 +68,10 @@ def until_interrupted(console: Console, schema: str) -> None:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
-            time.sleep(3600)
+            # Short naps, not one long sleep: the kernel may hand the signal to another
+            # thread (the dashboard's), which does not wake this one, and Python raises
+            # KeyboardInterrupt here only once this thread runs again.
+            time.sleep(0.2)
     except KeyboardInterrupt:
         console.print(f"dropping schema {schema}")
     finally:
