@@ -69,7 +69,9 @@ CATALOG: dict[str, str] = {
         SELECT p.proname, pg_get_functiondef(p.oid) AS definition
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = %(schema)s
-        ORDER BY p.proname""",
+        -- Overloads (job_claim_flow's five and six arguments) share a name: the
+        -- arguments order them, or the two lists may differ by chance.
+        ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)""",
     "other_objects": """
         SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
         WHERE n.nspname = %(schema)s AND t.typtype NOT IN ('c', 'b')

@@ -65,7 +65,10 @@ def until_interrupted(console: Console, schema: str) -> None:
     SIGTERM."""
     console.print(f"The demo's jobs stay in schema {schema} until you press Ctrl-C, "
                   "which drops it.")
+    # SIGINT too: a shell that starts the demo in the background hands it SIGINT
+    # ignored, and Ctrl-C (or kill -INT) must still end it.
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous_int = signal.signal(signal.SIGINT, _interrupt)
     try:
         while True:
             # Short naps, not one long sleep: the kernel may hand the signal to another
@@ -76,3 +79,4 @@ def until_interrupted(console: Console, schema: str) -> None:
         console.print(f"dropping schema {schema}")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
