@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_partition_width
+from .._checks import check_int4, check_partition_width
 from ..errors import InvalidArgument
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 
@@ -108,15 +108,8 @@ class WorkerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
-        if self.vacuum_dead_tuples is not None and (
-            isinstance(self.vacuum_dead_tuples, bool)
-            or not isinstance(self.vacuum_dead_tuples, int)
-            or not 0 <= self.vacuum_dead_tuples <= 2**31 - 1
-        ):
-            raise InvalidArgument(
-                f"vacuum_dead_tuples must be a whole number from 0 to {2**31 - 1}, or None "
-                f"(no vacuum by the leader), got {self.vacuum_dead_tuples!r}"
-            )
+        if self.vacuum_dead_tuples is not None:  # None: no vacuum by the leader
+            check_int4("vacuum_dead_tuples", self.vacuum_dead_tuples, minimum=0)
         if (isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
                 or self.claim_ahead < 0):
             raise InvalidArgument(
