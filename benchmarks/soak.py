@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -585,9 +586,27 @@ def run_soak(server: Any, args: argparse.Namespace, rate: float,
     return [running.soak for running in lanes]
 
 
+def take_stop_signals() -> None:
+    """SIGTERM and SIGINT end the soak through main's `finally`, which stops the lanes
+    and the embedded server and removes its folder: SIGTERM's default kills the process
+    where it stands, and a shell that starts the soak in the background hands it SIGINT
+    ignored. The first signal raises; the cleanup then runs to its end (each of its steps
+    has a timeout) without a second one cutting it short."""
+
+    def stop(signum: int, frame: Any) -> None:
+        for taken in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(taken, signal.SIG_IGN)
+        raise SystemExit(f"stopped by {signal.Signals(signum).name}")
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pgbaton import embedded
+
+    take_stop_signals()
 
     prefix = Path(args.out)
     source = pgbaton_source()
