@@ -5,11 +5,12 @@ in /tmp (SIGTERM's default killed it where it stood)."""
 from __future__ import annotations
 
 import os
+import queue
 import re
-import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,24 +21,41 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTED = re.compile(r"embedded PostgreSQL \S+ in (\S+),")
 
 
-def read_until(process: subprocess.Popen[str], wanted: re.Pattern[str],
-               seconds: float) -> tuple[re.Match[str] | None, list[str]]:
-    """Lines of the soak's output until one matches, or the time is up."""
-    assert process.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + seconds
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while time.monotonic() < deadline:
-            if not selector.select(max(0.0, deadline - time.monotonic())):
-                break
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
+class Output:
+    """The soak's output, read line by line on a thread of its own."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        stdout = process.stdout
+
+        def read() -> None:
+            for line in stdout:
+                self._queue.put(line)
+            self._queue.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def until(self, wanted: re.Pattern[str], seconds: float) -> re.Match[str] | None:
+        """Read on until a line matches; None at the end of the output or of the time."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            self.lines.append(line)
             if match := wanted.search(line):
-                return match, lines
-    return None, lines
+                return match
+        return None
+
+    def rest(self, seconds: float) -> str:
+        """Everything until the end of the output (at most `seconds` more)."""
+        self.until(re.compile(r"(?!)"), seconds)
+        return "".join(self.lines)
 
 
 def postmasters_of(folder: Path) -> list[psutil.Process]:
@@ -50,7 +68,7 @@ def postmasters_of(folder: Path) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_path):
     command = [sys.executable, "-m", "benchmarks.soak", "--minutes", "5", "--modes",
                "history", "--rate", "50", "--interval", "1", "--out", str(tmp_path / "s")]
@@ -65,15 +83,17 @@ def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_pa
     finally:
         signal.signal(signal.SIGINT, previous)
     folder = None
+    output = Output(process)
     try:
-        started, lines = read_until(process, STARTED, 120)
-        assert started, "the soak did not start its server:\n" + "".join(lines)
+        started = output.until(STARTED, 120)
+        assert started, "the soak did not start its server:\n" + "".join(output.lines)
         folder = Path(started.group(1))
         assert postmasters_of(folder), f"no server runs in {folder}"
-        sample, more = read_until(process, re.compile(r" min  table "), 120)
-        assert sample, "the soak took no sample:\n" + "".join(lines + more)
+        sampled = output.until(re.compile(r" min  table "), 120)
+        assert sampled, "the soak took no sample:\n" + "".join(output.lines)
         process.send_signal(signum)
-        rest, _ = process.communicate(timeout=150)
+        process.wait(150)
+        rest = output.rest(10)
         assert process.returncode != 0
         assert f"stopped by {signum.name}" in rest, rest
         assert not folder.exists(), f"{folder} is left behind:\n{rest}"
