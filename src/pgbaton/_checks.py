@@ -91,7 +91,9 @@ def check_job_id(job_id: object) -> int:
         or not isinstance(job_id, int)
         or not 1 <= job_id <= INT8_MAX
     ):
-        raise InvalidArgument(f"a job id must be a positive whole number, got {_brief(job_id)}")
+        raise InvalidArgument(
+            f"a job id must be a whole number from 1 to {INT8_MAX:,}, got {_brief(job_id)}"
+        )
     return job_id
 
 

@@ -151,11 +151,18 @@ def test_json_nested_thousands_deep_is_not_serializable_not_a_recursion_error(
 )
 def test_a_job_id_that_is_not_one_is_refused(queue, db, call):
     """cancel, retry and get with something that is not a job id raise InvalidArgument
-    naming it, instead of a database error."""
+    naming it and the range of ids, instead of a database error."""
     queue.enqueue("t")
     before = job_rows(db, "status")
-    _refused(lambda: call(queue), db, pgbaton.InvalidArgument, "job id")
+    _refused(lambda: call(queue), db, pgbaton.InvalidArgument,
+             "job id must be a whole number from 1 to 9,223,372,036,854,775,807")
     assert job_rows(db, "status") == before
+
+
+def test_the_largest_job_id_is_one(queue):
+    """The top of bigint is a job id that no job has: looked up and not found."""
+    assert queue.get(2**63 - 1) is None
+    assert queue.cancel(2**63 - 1) is False
 
 
 @pytest.mark.parametrize(
