@@ -5,57 +5,19 @@ in /tmp (SIGTERM's default killed it where it stood)."""
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from tests.helpers import OutputLines
+
 ROOT = Path(__file__).resolve().parents[2]
 STARTED = re.compile(r"embedded PostgreSQL \S+ in (\S+),")
-
-
-class Output:
-    """The soak's output, read line by line on a thread of its own."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        stdout = process.stdout
-
-        def read() -> None:
-            for line in stdout:
-                self._queue.put(line)
-            self._queue.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
-
-    def until(self, wanted: re.Pattern[str], seconds: float) -> re.Match[str] | None:
-        """Read on until a line matches; None at the end of the output or of the time."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                line = self._queue.get(timeout=left)
-            except queue.Empty:
-                return None
-            if line is None:
-                return None
-            self.lines.append(line)
-            if match := wanted.search(line):
-                return match
-        return None
-
-    def rest(self, seconds: float) -> str:
-        """Everything until the end of the output (at most `seconds` more)."""
-        self.until(re.compile(r"(?!)"), seconds)
-        return "".join(self.lines)
 
 
 def postmasters_of(folder: Path) -> list[psutil.Process]:
@@ -83,14 +45,13 @@ def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_pa
     finally:
         signal.signal(signal.SIGINT, previous)
     folder = None
-    output = Output(process)
+    output = OutputLines(process)
     try:
-        started = output.until(STARTED, 120)
-        assert started, "the soak did not start its server:\n" + "".join(output.lines)
+        started = STARTED.search(output.wait_for(lambda line: bool(STARTED.search(line)), 120))
+        assert started
         folder = Path(started.group(1))
         assert postmasters_of(folder), f"no server runs in {folder}"
-        sampled = output.until(re.compile(r" min  table "), 120)
-        assert sampled, "the soak took no sample:\n" + "".join(output.lines)
+        output.wait_for(lambda line: " min  table " in line, 120)  # a sample taken
         process.send_signal(signum)
         process.wait(150)
         rest = output.rest(10)
