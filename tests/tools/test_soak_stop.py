@@ -20,6 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTED = re.compile(r"embedded PostgreSQL \S+ in (\S+),")
 
 
+def alive(process: psutil.Process) -> bool:
+    """Running, not merely a zombie waiting for its parent to reap it."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def postmasters_of(folder: Path) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
@@ -45,6 +53,7 @@ def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_pa
     finally:
         signal.signal(signal.SIGINT, previous)
     folder = None
+    lanes: list[psutil.Process] = []
     output = OutputLines(process)
     try:
         started = STARTED.search(output.wait_for(lambda line: bool(STARTED.search(line)), 120))
@@ -52,6 +61,8 @@ def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_pa
         folder = Path(started.group(1))
         assert postmasters_of(folder), f"no server runs in {folder}"
         output.wait_for(lambda line: " min  table " in line, 120)  # a sample taken
+        lanes = [child for child in psutil.Process(process.pid).children(recursive=True)
+                 if "postgres" not in child.name()]
         process.send_signal(signum)
         process.wait(150)
         rest = output.rest(10)
@@ -59,6 +70,7 @@ def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_pa
         assert f"stopped by {signum.name}" in rest, rest
         assert not folder.exists(), f"{folder} is left behind:\n{rest}"
         assert not postmasters_of(folder), f"a server still runs in {folder}:\n{rest}"
+        assert not [lane for lane in lanes if alive(lane)], rest
     finally:
         if process.poll() is None:
             process.kill()
@@ -66,3 +78,6 @@ def test_a_signalled_soak_stops_its_server_and_removes_its_folder(signum, tmp_pa
         if folder is not None:
             for postmaster in postmasters_of(folder):
                 postmaster.kill()
+        for lane in lanes:  # the producer and worker, left running by the defect
+            if alive(lane):
+                lane.kill()
