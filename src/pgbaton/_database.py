@@ -93,7 +93,12 @@ def transaction_pool_evidence(
             # Each of these opens a transaction, which pins one server connection; the
             # first one's, idle in a pool, goes to one of them.
             for pinned in (second, third):
-                pid = _backend_pid(pinned, query)
+                try:
+                    pid = _backend_pid(pinned, query)
+                except psycopg.errors.ProtocolViolation as error:
+                    # PostgreSQL opens a transaction for anyone; PgBouncer in statement
+                    # mode refuses every one ("transaction blocks not allowed").
+                    return f"it refused a transaction: {' '.join(str(error).split())}"
                 if pid == before:
                     second.rollback()
                     third.rollback()

@@ -91,7 +91,12 @@ async def transaction_pool_evidence(
             # Each of these opens a transaction, which pins one server connection; the
             # first one's, idle in a pool, goes to one of them.
             for pinned in (second, third):
-                pid = await _backend_pid(pinned, query)
+                try:
+                    pid = await _backend_pid(pinned, query)
+                except psycopg.errors.ProtocolViolation as error:
+                    # PostgreSQL opens a transaction for anyone; PgBouncer in statement
+                    # mode refuses every one ("transaction blocks not allowed").
+                    return f"it refused a transaction: {' '.join(str(error).split())}"
                 if pid == before:
                     await second.rollback()
                     await third.rollback()

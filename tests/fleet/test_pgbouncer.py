@@ -270,6 +270,26 @@ def test_a_session_pool_is_not_taken_for_a_transaction_pool(
         session_pool.stop()
 
 
+def test_a_statement_pool_is_found_and_the_queue_runs_through_it(
+    server_dsn: str, queue: pgbaton.Queue, db: Any,
+) -> None:
+    """PgBouncer in statement mode refuses the probe's transactions: that refusal is
+    the evidence (the probe used to raise it, so no Queue could open there), and the
+    queue's autocommit statements then run through it, prepared nowhere."""
+    statement_pool = pgbouncer.start(server_dsn, pool_size=2, pool_mode="statement")
+    client = pgbaton.Queue(statement_pool.dsn, schema=queue.schema)
+    try:
+        errors = run_threads(client)
+        evidence = transaction_pool_evidence(statement_pool.dsn)
+    finally:
+        client.close()
+        statement_pool.stop()
+    assert errors == [], f"{len(errors)} errors, such as {errors[0]!r}"
+    enqueued_once(db)
+    assert "refused a transaction" in (client.transaction_pool or "")
+    assert evidence is not None and "statement pooling" in evidence
+
+
 def test_a_queue_told_to_prepare_through_the_pool_never_reports_a_lost_connection(
     small_bouncer: pgbouncer.PgBouncer, queue: pgbaton.Queue,
 ) -> None:
