@@ -192,13 +192,17 @@ def enqueued_once(db: Any) -> None:
     assert len(rows) == THREADS * CALLS // 5 * 3
 
 
-@pytest.fixture
-def small_bouncer(server_dsn: str) -> Iterator[pgbouncer.PgBouncer]:
-    """Two server connections for four of the queue's: every call may land elsewhere."""
+def start_in_front(server_dsn: str, **settings: Any) -> pgbouncer.PgBouncer:
     why_not = pgbouncer.cannot_reach(server_dsn)
     if why_not is not None:
         pytest.skip(f"no PgBouncer in front of this server: {why_not}")
-    started = pgbouncer.start(server_dsn, pool_size=2)
+    return pgbouncer.start(server_dsn, **settings)
+
+
+@pytest.fixture
+def small_bouncer(server_dsn: str) -> Iterator[pgbouncer.PgBouncer]:
+    """Two server connections for four of the queue's: every call may land elsewhere."""
+    started = start_in_front(server_dsn, pool_size=2)
     yield started
     started.stop()
 
@@ -260,7 +264,7 @@ def test_a_session_pool_is_not_taken_for_a_transaction_pool(
 ) -> None:
     """PgBouncer in session mode hands each client a server session of its own: the
     Queue's probe runs (the key PgBouncer gives is its own) and finds no pool."""
-    session_pool = pgbouncer.start(server_dsn, pool_size=4, pool_mode="session")
+    session_pool = start_in_front(server_dsn, pool_size=4, pool_mode="session")
     client = pgbaton.Queue(session_pool.dsn, schema=queue.schema)
     try:
         client.stats()
@@ -276,7 +280,7 @@ def test_a_statement_pool_is_found_and_the_queue_runs_through_it(
     """PgBouncer in statement mode refuses the probe's transactions: that refusal is
     the evidence (the probe used to raise it, so no Queue could open there), and the
     queue's autocommit statements then run through it, prepared nowhere."""
-    statement_pool = pgbouncer.start(server_dsn, pool_size=2, pool_mode="statement")
+    statement_pool = start_in_front(server_dsn, pool_size=2, pool_mode="statement")
     client = pgbaton.Queue(statement_pool.dsn, schema=queue.schema)
     try:
         errors = run_threads(client)
