@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
+import unicodedata
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -76,6 +78,50 @@ def _check_bytes(name: str, value: str, limit: int) -> str:
             f"{name} is {len(value.encode('utf-8')):,} bytes long, over pgbaton's limit "
             f"of {limit:,}: {_brief(value)}"
         )
+    return value
+
+
+def check_ascii(what: str, text: str) -> str:
+    """Text of a number written in ASCII: int(), float() and a regular expression's
+    \\d also take the digits of other scripts (U+FF15, a full-width five), which nobody
+    means to type and which show as other than what is stored. Names the first one."""
+    if not text.isascii():
+        char = next(c for c in text if not c.isascii())
+        name = unicodedata.name(char, "a character without a name")
+        raise InvalidArgument(
+            f"{what} holds {char!r} (U+{ord(char):04X} {name}), which is not ASCII: write "
+            "numbers with the digits 0-9"
+        )
+    return text
+
+
+_WHOLE = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# More digits than any limit of pgbaton's needs; int() refuses past 4,300 with ValueError.
+_MAX_DIGITS = 30
+
+
+def parse_whole(what: str, text: str) -> int:
+    """A whole number typed by a user: ASCII digits with an optional sign, and nothing
+    else but spaces around them (no '_', no '1.0'); InvalidArgument naming `what`."""
+    check_ascii(what, text)
+    if not _WHOLE.fullmatch(text.strip()):
+        raise InvalidArgument(f"{what} must be a whole number, got {_brief(text)}")
+    digits = text.strip().lstrip("+-").lstrip("0")
+    if len(digits) > _MAX_DIGITS:
+        raise InvalidArgument(f"{what} is out of range: {len(digits):,} digits")
+    return int(text)
+
+
+def parse_number(what: str, text: str) -> float:
+    """A finite decimal number typed by a user, in ASCII ('1.5', '2e3'; not 'nan',
+    'inf' or '1_000'); InvalidArgument naming `what`."""
+    check_ascii(what, text)
+    if not _NUMBER.fullmatch(text.strip()):
+        raise InvalidArgument(f"{what} must be a number, got {_brief(text)}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{what} is out of range: {_brief(text)}")
     return value
 
 

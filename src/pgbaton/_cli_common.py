@@ -6,15 +6,61 @@ import datetime as dt
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from . import dsn as dsn_sources
-from .errors import ConfigurationError
+from ._checks import parse_number, parse_whole
+from .errors import ConfigurationError, InvalidArgument
 from .queue import Queue
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any, Any]
+else:
+    _ParamType = click.ParamType  # generic only in recent click; pgbaton takes 8.1
+
+
+class _TypedInAscii(_ParamType):
+    """A number option that takes ASCII digits only. click's own types take whatever
+    int() and float() take: other scripts' digits (U+FF15, a full-width five), '1_000',
+    and for floats 'nan' and 'inf', which pass every range check."""
+
+    @staticmethod
+    def parse(what: str, text: str) -> float:
+        raise NotImplementedError
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                value = self.parse("it", value)
+            except InvalidArgument as error:
+                self.fail(str(error), param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class WholeNumber(_TypedInAscii, click.types.IntParamType):
+    parse = staticmethod(parse_whole)
+
+
+class WholeNumberRange(_TypedInAscii, click.IntRange):
+    parse = staticmethod(parse_whole)
+
+
+class Number(_TypedInAscii, click.types.FloatParamType):
+    parse = staticmethod(parse_number)
+
+
+class NumberRange(_TypedInAscii, click.FloatRange):
+    parse = staticmethod(parse_number)
+
+
+WHOLE_NUMBER = WholeNumber()
+NUMBER = Number()
 
 def _schema_from_sources(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
     return dsn_sources.resolve_schema(value)

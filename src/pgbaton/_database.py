@@ -24,6 +24,10 @@ from .errors import (
 
 CONNECT_TIMEOUT_SECONDS = 10
 
+# The pool probe's rounds (pooling.py): a busy pool may give a connection's server
+# process to a fourth client, so it asks again.
+POOL_PROBE_ROUNDS = 3
+
 MIN_SERVER_VERSION = 130000  # gen_random_uuid() is built in from PostgreSQL 13
 
 
@@ -62,6 +66,64 @@ def _fetch_one(
         row = cursor.fetchone()
     assert row is not None
     return row
+
+
+def transaction_pool_evidence(
+    first: psycopg.Connection[Any], dsn: str, *, trust_backend_key: bool = False
+) -> str | None:
+    """Why `dsn` is a transaction pool, in one sentence; None when nothing says so.
+    `first` is a connection to it in autocommit; two more are opened for the probe
+    (pooling.py says how it reasons).
+
+    With `trust_backend_key`, a connection answered by the very server process that
+    libpq was named at connect (the BackendKeyData message, `info.backend_pid`) is taken
+    for a direct one at once, one round trip instead of the probe: PostgreSQL names its
+    own process there, and PgBouncer a key of its own making. A pool that passed a
+    server's key on to its clients would go unseen; the probe then runs only behind a
+    proxy."""
+    query = _sql.queries("pgbaton")["server_backend"]
+    if trust_backend_key and _backend_pid(first, query) == first.info.backend_pid:
+        return None
+    second = connect(dsn)
+    third = connect(dsn)
+    try:
+        seen_by_first: list[int] = []
+        for _ in range(POOL_PROBE_ROUNDS):
+            before = _backend_pid(first, query)
+            # Each of these opens a transaction, which pins one server connection; the
+            # first one's, idle in a pool, goes to one of them.
+            for pinned in (second, third):
+                try:
+                    pid = _backend_pid(pinned, query)
+                except psycopg.errors.ProtocolViolation as error:
+                    # PostgreSQL opens a transaction for anyone; PgBouncer in statement
+                    # mode refuses every one ("transaction blocks not allowed").
+                    return f"it refused a transaction: {' '.join(str(error).split())}"
+                if pid == before:
+                    second.rollback()
+                    third.rollback()
+                    return (f"two client connections were answered by one server "
+                            f"process (pid {pid})")
+            second.rollback()
+            third.rollback()
+            seen_by_first += [before, _backend_pid(first, query)]
+            if len(set(seen_by_first)) > 1:
+                return ("one client connection was answered by several server processes "
+                        f"(pids {', '.join(map(str, dict.fromkeys(seen_by_first)))})")
+        return None
+    finally:
+        second.close()
+        third.close()
+
+
+def _backend_pid(conn: psycopg.Connection[Any], query: str) -> int:
+    # Never prepared: through a transaction pool, the next run may reach a server
+    # connection that does not know the statement.
+    with conn.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(query, prepare=False)
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row["pid"])
 
 
 def check_server(conn: psycopg.Connection[Any]) -> None:

@@ -20,7 +20,22 @@ def is_transient(error: BaseException) -> bool:
     if isinstance(error, psycopg.OperationalError) and error.sqlstate is None:
         return True  # the connection broke before the server could say why
     sqlstate = getattr(error, "sqlstate", None) if isinstance(error, psycopg.Error) else None
-    return sqlstate is not None and sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES)
+    if sqlstate is None or _refused_in_session(error, sqlstate):
+        return False
+    return bool(sqlstate.startswith(TRANSIENT_SQLSTATE_CLASSES))
+
+
+def _refused_in_session(error: BaseException, sqlstate: str) -> bool:
+    """A class 08 error the server raised at level ERROR: it refused one message and the
+    session lives on. 08P01 (protocol violation) comes so when a statement is bound to a
+    prepared statement of another shape, as through a transaction pool that hands a
+    client another client's server connection (docs/howto/pgbouncer.md). Retrying does not
+    mend that, and the connection was not lost: a session the server ends says FATAL,
+    one that breaks says nothing at all (no SQLSTATE)."""
+    if not sqlstate.startswith("08") or not isinstance(error, psycopg.Error):
+        return False
+    # PgBouncer's own errors carry only the (English) localized severity.
+    return (error.diag.severity_nonlocalized or error.diag.severity) == "ERROR"
 
 
 # SQLSTATEs that mean the session is gone, not that the statement failed.
@@ -32,7 +47,11 @@ def is_connection_loss(error: BaseException) -> bool:
     a shutdown, or no SQLSTATE at all), as opposed to an error in the statement, such as
     a deadlock or a cancelled query, which the caller should see as it is."""
     sqlstate = getattr(error, "sqlstate", None)
-    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _SESSION_LOST
+    if sqlstate is None:
+        return True
+    if _refused_in_session(error, sqlstate):
+        return False
+    return sqlstate.startswith("08") or sqlstate in _SESSION_LOST
 
 
 def is_unreachable(error: BaseException) -> bool:
@@ -42,3 +61,17 @@ def is_unreachable(error: BaseException) -> bool:
     if isinstance(error, ConnectionFailed):
         return True
     return isinstance(error, psycopg.OperationalError) and is_connection_loss(error)
+
+
+# A statement prepared by psycopg missing, already there, or of another shape.
+_PREPARED_STATEMENT_SQLSTATES = frozenset({"26000", "42P05"})
+
+
+def is_prepared_statement_mixup(error: BaseException) -> bool:
+    """True for the errors of a client that prepares statements through a transaction
+    pool: its statement unknown on the server connection it got, a name another client
+    prepared there already, or a bind to another client's statement of the same name."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate in _PREPARED_STATEMENT_SQLSTATES:
+        return True
+    return sqlstate == "08P01" and "prepared statement" in str(error)

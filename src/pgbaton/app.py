@@ -34,7 +34,7 @@ from . import _sql
 from ._checks import check_int4, check_lease, job_params
 from .context import JobContext
 from .dsn import resolve_dsn, resolve_schema, with_application_name
-from .errors import ConfigurationError, InvalidArgument
+from .errors import ConfigurationError, InvalidArgument, UnknownTask
 from .events import Events, Subscriber
 from .flow import Rate, check_concurrency, parse_rate
 from .integrations.connections import (
@@ -458,8 +458,10 @@ class App:
     ) -> list[int]:
         """Queue.enqueue_many in the database the jobs' queues (and the batch's
         callbacks') are routed to; jobs of two databases are refused before anything
-        is written (InvalidArgument), as one statement cannot write to both."""
+        is written (InvalidArgument), as one statement cannot write to both, and so is
+        a job or callback of a task this App does not register (UnknownTask)."""
         jobs = list(jobs)
+        self.check_tasks_known(jobs, batch)
         return self.queue_for(self._routes.queue_of_many(jobs, batch)).enqueue_many(
             jobs, conn=conn, batch=batch
         )
@@ -470,9 +472,38 @@ class App:
     ) -> list[int]:
         """enqueue_many() through the AsyncQueue of the jobs' database."""
         jobs = list(jobs)
+        self.check_tasks_known(jobs, batch)
         return await self.async_queue_for(
             self._routes.queue_of_many(jobs, batch)
         ).enqueue_many(jobs, conn=conn, batch=batch)
+
+    def check_tasks_known(
+        self, jobs: Iterable[object], batch: Batch | None = None
+    ) -> None:
+        """UnknownTask when a job or a batch callback names a task this App does not
+        register: no worker of the App would ever claim it, and a batch whose callback
+        it is would wait for it forever. Each such task is named once, with where it
+        first appears, and the App's tasks. A job without a task name is left to
+        enqueue_many's own checks."""
+        places: dict[str, str] = {}
+        for position, job in enumerate(jobs):
+            task = job.get("task") if isinstance(job, Mapping) else None
+            if isinstance(task, str) and task not in self.tasks:
+                places.setdefault(task, f"job {position}")
+        for which in ("on_finish", "on_success"):
+            task = getattr(getattr(batch, which, None), "task", None)
+            if isinstance(task, str) and task not in self.tasks:
+                places.setdefault(task, f"the batch's {which}")
+        if not places:
+            return
+        shown = [f"{task!r} ({where})" for task, where in list(places.items())[:5]]
+        more = f" and {len(places) - 5:,} more" if len(places) > 5 else ""
+        many = len(places) > 1
+        raise UnknownTask(
+            f"no task{'s' if many else ''} named {', '.join(shown)}{more} "
+            f"{'are' if many else 'is'} registered in this App (it has: "
+            f"{', '.join(sorted(self.tasks)) or 'none'}); nothing was written"
+        )
 
     def provide_connection(self, provider: ConnectionProvider | None) -> None:
         """Sync enqueues of this App without conn= ask provider() first: what it returns

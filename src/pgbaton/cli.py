@@ -22,6 +22,10 @@ import click
 from . import _sql, logs
 from . import app as app_module
 from ._cli_common import (
+    NUMBER,
+    WHOLE_NUMBER,
+    NumberRange,
+    WholeNumberRange,
     _print_json,
     _queue,
     _table,
@@ -129,7 +133,7 @@ def _report_migrated(schema: str, applied: list[int], dsn: str | None) -> None:
 @main.command("schema")
 @click.option("--sql", "as_sql", is_flag=True, required=True, help="Print the DDL.")
 @click.option(
-    "--from", "from_version", type=click.IntRange(min=0), default=None, metavar="N",
+    "--from", "from_version", type=WholeNumberRange(min=0), default=None, metavar="N",
     help="Print only the upgrade from schema version N (the highest version in the "
          "schema's schema_version table).",
 )
@@ -155,21 +159,24 @@ def load_app(spec: str) -> App:
 @click.argument("app_spec", metavar="MODULE:APP")
 @connection_options
 @click.option("--queues", default=None, help="Comma-separated queues to work [all].")
-@click.option("--concurrency", default=10, show_default=True, help="Jobs at once per process.")
-@click.option("--processes", default=1, show_default=True, help="Worker processes.")
-@click.option("--claim-ahead", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--concurrency", type=WHOLE_NUMBER, default=10, show_default=True,
+              help="Jobs at once per process.")
+@click.option("--processes", type=WHOLE_NUMBER, default=1, show_default=True,
+              help="Worker processes.")
+@click.option("--claim-ahead", type=WholeNumberRange(min=0), default=0, show_default=True,
               help="Jobs to claim beyond the free slots, waiting in the worker for one: "
                    "faster drains of short jobs, but held jobs other workers cannot take.")
-@click.option("--lease", default=30.0, show_default=True, help="Lease in seconds.")
-@click.option("--poll-interval", default=2.0, show_default=True, help="Seconds between polls.")
-@click.option("--shutdown-grace", default=30.0, show_default=True,
+@click.option("--lease", type=NUMBER, default=30.0, show_default=True, help="Lease in seconds.")
+@click.option("--poll-interval", type=NUMBER, default=2.0, show_default=True,
+              help="Seconds between polls.")
+@click.option("--shutdown-grace", type=NUMBER, default=30.0, show_default=True,
               help="Seconds running jobs get to finish on SIGTERM.")
 @click.option("--no-maintenance", is_flag=True, help="Never act as the maintenance leader.")
 @click.option("--listen-dsn", default=None, envvar="PGBATON_LISTEN_DSN",
               help="A direct connection to PostgreSQL for LISTEN and the leader's lock, "
                    "when --dsn goes through PgBouncer in transaction mode "
                    "[or PGBATON_LISTEN_DSN].")
-@click.option("--connect-timeout", type=click.FloatRange(min=0), default=60.0,
+@click.option("--connect-timeout", type=NumberRange(min=0), default=60.0,
               show_default=True,
               help="Seconds to keep retrying, with backoff, while the database cannot be "
                    "reached at start-up, by each worker process, restarted ones too "
@@ -177,7 +184,7 @@ def load_app(spec: str) -> App:
 @click.option("--log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
               default="INFO", show_default=True, envvar="PGBATON_LOG_LEVEL",
               help="Least severe log records shown [or PGBATON_LOG_LEVEL].")
-@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+@click.option("--metrics-port", type=WholeNumberRange(1, 65535), default=None,
               help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT (with "
                    "--processes, process N on PORT+N; needs pgbaton[web]).")
 @click.option("--stats-file", type=click.Path(dir_okay=False), default=None,
@@ -192,7 +199,7 @@ def load_app(spec: str) -> App:
               help="How the leader's pruner takes finished jobs out of the jobs table: "
                    "delete them, or move done ones to jobs_history first "
                    "(docs/retention.md).")
-@click.option("--vacuum-dead-tuples", type=click.IntRange(0, 2**31 - 1), default=50_000,
+@click.option("--vacuum-dead-tuples", type=WholeNumberRange(0, 2**31 - 1), default=50_000,
               show_default=True,
               help="The leader VACUUMs the jobs table once it counts this many dead row "
                    "versions (and 5% of the live ones), so that claims do not read over "
@@ -300,11 +307,11 @@ def wait_for_database(dsn: str, schema: str, timeout: float) -> None:
               help="Check TASK and --args against this App's handler and apply the task's "
                    "own settings (queue, max attempts, key).")
 @click.option("--queue", "queue_name", default=None, help="[the task's, else default]")
-@click.option("--priority", default=0, show_default=True)
-@click.option("--delay", type=float, default=None, help="Seconds before it may run.")
+@click.option("--priority", type=WHOLE_NUMBER, default=0, show_default=True)
+@click.option("--delay", type=NUMBER, default=None, help="Seconds before it may run.")
 @click.option("--key", default=None, help="Serialisation key: one running job per key.")
 @click.option("--idempotency-key", default=None, help="A second enqueue with it is a no-op.")
-@click.option("--max-attempts", type=int, default=None, help="[the task's, else 5]")
+@click.option("--max-attempts", type=WHOLE_NUMBER, default=None, help="[the task's, else 5]")
 @connection_options
 @json_option
 def enqueue(
@@ -382,7 +389,7 @@ def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
 @click.option("--status", default=None, help="pending, running, done, failed or cancelled.")
 @click.option("--queue", "queue_name", default=None)
 @click.option("--task", default=None)
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", type=WHOLE_NUMBER, default=50, show_default=True)
 @connection_options
 @json_option
 def jobs(
@@ -407,7 +414,7 @@ def jobs(
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=WHOLE_NUMBER)
 @connection_options
 @json_option
 def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
@@ -429,7 +436,7 @@ def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: boo
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=WHOLE_NUMBER)
 @connection_options
 def retry(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Send a failed or cancelled job back to pending with fresh attempts."""
@@ -440,7 +447,7 @@ def retry(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
 
 
 @main.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=WHOLE_NUMBER)
 @connection_options
 def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Cancel a pending or running job (its worker loses the claim)."""
@@ -451,7 +458,7 @@ def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
 
 
 @main.command()
-@click.option("--older-than", default=7 * 24 * 3600.0, show_default=True,
+@click.option("--older-than", type=NUMBER, default=7 * 24 * 3600.0, show_default=True,
               help="Seconds since the job finished: the retention.")
 @click.option("--retention-mode", type=click.Choice(RETENTION_MODES),
               default=DEFAULT_RETENTION_MODE, show_default=True,
@@ -460,10 +467,10 @@ def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
                    "seconds ago to jobs_history and drop its partitions past "
                    "--older-than, then delete the rest past --older-than "
                    "(docs/retention.md).")
-@click.option("--history-after", type=click.FloatRange(min=0), default=3600.0,
+@click.option("--history-after", type=NumberRange(min=0), default=3600.0,
               show_default=True, help="With --retention-mode history: seconds since a "
                                       "done job finished before it moves.")
-@click.option("--history-partition", type=float, default=86400.0, show_default=True,
+@click.option("--history-partition", type=NUMBER, default=86400.0, show_default=True,
               help="With --retention-mode history: the width in seconds (whole minutes) "
                    "of the partitions it creates.")
 @connection_options
@@ -494,7 +501,7 @@ def prune(
 @click.option("--dashboard", is_flag=True,
               help="Serve the dashboard on 127.0.0.1 (--port) to watch the demo live; "
                    "keeps its schema after the report until Ctrl-C.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535),
+@click.option("--port", default=8000, show_default=True, type=WholeNumberRange(1, 65535),
               help="The dashboard's port, with --dashboard.")
 @click.option("--keep", is_flag=True,
               help="Keep the demo's schema (and the embedded server) after the report "

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._checks import _brief, check_ascii, parse_whole
 from .errors import InvalidArgument
 from .limits import (
     INT4_MAX,
@@ -29,7 +30,9 @@ _UNIT_SECONDS = {
     "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)?\s*([a-z]+)\s*$")
+# ASCII only (check_ascii says why); a sign is read, so that '-1/s' is refused as the
+# limit out of range it is, not as text that is not a rate.
+_RATE = re.compile(r"\s*([+-]?[0-9]+)\s*/\s*([0-9]+(?:\.[0-9]+)?)?\s*([a-z]+)\s*", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +104,17 @@ def parse_rate(value: object) -> Rate | None:
             raise InvalidArgument(f"rate period must be seconds, got {period!r}")
         rate = Rate(limit, float(period))
     elif isinstance(value, str):
-        match = _RATE.match(value.lower())
+        shown = _brief(value)
+        check_ascii(f"rate {shown}", value)
+        match = _RATE.fullmatch(value.lower())
         if not match or match.group(3) not in _UNIT_SECONDS:
             raise InvalidArgument(
-                f"rate {value!r} is not understood: write starts per period, such as "
+                f"rate {shown} is not understood: write starts per period, such as "
                 "'100/s', '10/min', '5/2h' (units: ms, s, min, h, d)"
             )
         count, every, unit = match.groups()
-        rate = Rate(int(count), float(every or 1) * _UNIT_SECONDS[unit])
+        limit = parse_whole(f"rate {shown}", count)
+        rate = Rate(limit, float(every or 1) * _UNIT_SECONDS[unit])
     else:
         raise InvalidArgument(
             f"rate must be text such as '100/s', a (limit, seconds) pair or None, "
@@ -116,10 +122,17 @@ def parse_rate(value: object) -> Rate | None:
         )
     if rate is None:
         return None
-    if not 1 <= rate.limit <= MAX_RATE_LIMIT:
+    if isinstance(value, Rate | tuple):
+        shown = str(rate)
+    if rate.limit < 1:
         raise InvalidArgument(
-            f"rate {rate} allows {rate.limit} starts per window: use 1 to "
-            f"{MAX_RATE_LIMIT:,} (a shorter window for more)"
+            f"rate {shown} allows {rate.limit} starts per window: the limit must be at "
+            "least 1 (pause the queue to start none)"
+        )
+    if rate.limit > MAX_RATE_LIMIT:
+        raise InvalidArgument(
+            f"rate {shown} allows {rate.limit} starts per window: the limit must be at "
+            f"most {MAX_RATE_LIMIT:,} (a shorter window for more)"
         )
     if not (
         math.isfinite(rate.period)

@@ -4,7 +4,9 @@ transaction pool (PgBouncer's `pool_mode = transaction` or `statement`)?
 LISTEN and a session-level advisory lock need a session of their own: through a
 transaction pool a LISTEN goes to whichever client gets that server connection next,
 and an advisory lock stays with a server connection that other clients then use, each
-of them holding it too. The worker and `pgbaton doctor` ask here.
+of them holding it too; and a statement prepared on one server connection is unknown on
+the next. The worker and `pgbaton doctor` ask here; a Queue asks as it opens its pool
+(_database.transaction_pool_evidence runs the probe, for both).
 
 The probe: connection A asks which server process answers it; connections B and C
 each open a transaction, which a pool pins to one server connection, and ask the same;
@@ -26,49 +28,17 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from . import _database, _sql
+from . import _database
 
 # Opens a connection with a server session of its own, in autocommit (for LISTEN, or
 # for the leader's lock, which lives as long as that session).
 SessionConnect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
 
 
-ROUNDS = 3  # a busy pool may give A's server connection to a fourth client: ask again
-
-
 def transaction_pool_evidence(dsn: str) -> str | None:
     """Why `dsn` is a transaction pool, in one sentence; None when nothing says so."""
-    query = _sql.queries("pgbaton")["server_backend"]
-    with (
-        _database.connect(dsn, autocommit=True) as first,
-        _database.connect(dsn) as second,
-        _database.connect(dsn) as third,
-    ):
-        seen_by_first: list[int] = []
-        for _ in range(ROUNDS):
-            pids = [_pid(first, query)]
-            # Each of these opens a transaction, which pins one server connection; the
-            # first one's, idle in a pool, goes to one of them.
-            for pinned in (second, third):
-                pid = _pid(pinned, query)
-                if pid == pids[0]:
-                    second.rollback()
-                    third.rollback()
-                    return (f"two client connections were answered by one server "
-                            f"process (pid {pid})")
-            second.rollback()
-            third.rollback()
-            seen_by_first += [pids[0], _pid(first, query)]
-            if len(set(seen_by_first)) > 1:
-                return ("one client connection was answered by several server processes "
-                        f"(pids {', '.join(map(str, dict.fromkeys(seen_by_first)))})")
-    return None
-
-
-def _pid(conn: psycopg.Connection[Any], query: str) -> int:
-    row = conn.execute(query).fetchone()
-    assert row is not None
-    return int(row["pid"])
+    with _database.connect(dsn, autocommit=True) as first:
+        return _database.transaction_pool_evidence(first, dsn)
 
 
 def proxy_hint(dsn: str, server_port: int | None) -> str | None:

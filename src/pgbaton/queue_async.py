@@ -53,7 +53,7 @@ from ._checks import (
 from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
-from ._transient import is_connection_loss
+from ._transient import is_connection_loss, is_prepared_statement_mixup
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .enqueue_hook import enqueue_span, meta_json
@@ -131,7 +131,14 @@ class AsyncQueue:
     """A handle on one pgbaton schema in one database.
 
     Connections come from a small pool, opened on first use after checking that the
-    server is reachable, new enough, and migrated to this version of pgbaton.
+    server is reachable, new enough, and migrated to this version of pgbaton, and
+    (prepare=None) whether the DSN goes through a transaction pool, where the pool's
+    connections then prepare no statements (docs/howto/pgbouncer.md).
+
+    A Queue knows no tasks: it writes a job of any task name, and of any callback's
+    (batch=), which waits until a worker whose App registers that task takes it. An
+    App's enqueues (a task's enqueue and defer, App.enqueue_many) refuse a task the App
+    does not register, before anything is written.
     """
 
     # enqueue_many writes a batch of at least this many jobs by COPY (docs/architecture.md,
@@ -151,17 +158,22 @@ class AsyncQueue:
         pool_size: int = 4,
         events: Events | None = None,
         connection_provider: Callable[[], AsyncCallerConnection | None] | None = None,
-        prepare: bool = True,
+        prepare: bool | None = None,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
         # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
         # connection whose transaction the job joins (a framework's current one), or
         # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
         self.connection_provider = connection_provider
-        # False for a DSN through a transaction pool (PgBouncer before 1.21, or without
-        # max_prepared_statements): a statement prepared on one server connection is
-        # unknown on the next, so the pool's connections prepare none. Read at open.
+        # Whether the pool's connections let psycopg prepare statements on the server.
+        # Through a transaction pool (PgBouncer before 1.21, or without
+        # max_prepared_statements) a statement prepared on one server connection is
+        # unknown on the next, or another client's statement of the same name: None
+        # decides at open by the probe of pooling.py, False prepares nothing, True
+        # prepares without asking (PgBouncer 1.21+ with max_prepared_statements).
         self.prepare = prepare
+        # Why the probe took the DSN for a transaction pool, or None: read at open.
+        self.transaction_pool: str | None = None
         # job.enqueued and job.cancelled go to these subscribers (an App's queues share
         # the App's Events); emitted when the statement ran, so with conn= the caller's
         # transaction may still roll the job back.
@@ -212,6 +224,11 @@ class AsyncQueue:
             try:
                 await database.check_schema(conn, self.schema)
                 self._schema_checked = True
+                if self.prepare is None:
+                    self.transaction_pool = await database.transaction_pool_evidence(
+                        conn, self.dsn, trust_backend_key=True
+                    )
+                    self.prepare = self.transaction_pool is None
             finally:
                 await conn.close()
             pool = Pool(
@@ -254,8 +271,16 @@ class AsyncQueue:
                 yield conn
             finally:
                 await pool.putconn(conn)
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
-            if not is_connection_loss(error):
+        except psycopg.Error as error:
+            if self.prepare and is_prepared_statement_mixup(error):
+                error.add_note(
+                    f"{redact_dsn(self.dsn)} seems to go through a transaction pool, "
+                    "where a prepared statement stays on one server connection: give "
+                    "the queue prepare=False (docs/howto/pgbouncer.md)"
+                )
+            if not isinstance(error, psycopg.OperationalError) or not is_connection_loss(
+                error
+            ):
                 raise
             # The server may have restarted: drop every dead idle connection now, so the
             # caller's retry gets a fresh one instead of the next corpse.

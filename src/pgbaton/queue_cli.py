@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import click
 
+from ._checks import parse_whole
 from ._cli_common import (
+    NUMBER,
+    WHOLE_NUMBER,
     _print_json,
     _queue,
     _table,
@@ -115,10 +118,10 @@ def resume(name: str, dsn: str | None, schema: str, embedded: bool) -> None:
 
 @queue_group.command("aging")
 @click.argument("name")
-@click.option("--every", type=float, default=None, metavar="SECONDS",
+@click.option("--every", type=NUMBER, default=None, metavar="SECONDS",
               help="How long a job waits before each raise of its priority.")
-@click.option("--step", type=int, default=1, show_default=True, help="Raise by this much.")
-@click.option("--cap", type=int, default=None, help="Never above this priority.")
+@click.option("--step", type=WHOLE_NUMBER, default=1, show_default=True, help="Raise by this much.")
+@click.option("--cap", type=WHOLE_NUMBER, default=None, help="Never above this priority.")
 @click.option("--off", is_flag=True, help="Stop aging the queue.")
 @new_option
 @connection_options
@@ -178,10 +181,9 @@ def _count(flag: str, value: str | None) -> int | None:
     if value is None or value.lower() == "none":
         return None
     try:
-        return check_concurrency(int(value))
-    except ValueError as error:
-        if isinstance(error, InvalidArgument):
-            raise
-        raise click.BadParameter(
-            f"{value!r} is not a whole number or 'none'", param_hint=flag
-        ) from None
+        count = parse_whole(repr(value), value)
+    except InvalidArgument as error:
+        message = str(error) if "must be a whole number" not in str(error) else (
+            f"{value!r} is not a whole number or 'none'")
+        raise click.BadParameter(message, param_hint=flag) from None
+    return check_concurrency(count)

@@ -4,9 +4,11 @@ lock on a direct session, and clear refusals where the pool would break a promis
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +17,8 @@ import psycopg
 import pytest
 
 import pgbaton
-from pgbaton.errors import ConfigurationError
+from pgbaton._transient import is_transient
+from pgbaton.errors import ConfigurationError, ConnectionFailed
 from pgbaton.pooling import transaction_pool_evidence
 from pgbaton.worker import WorkerConfig
 from pgbaton.worker.sessions import plan_sessions
@@ -26,6 +29,9 @@ __all__ = ["app_schema", "start_worker"]  # fixtures of the runtime tests, reuse
 
 WHY_NOT = pgbouncer.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no PgBouncer: {WHY_NOT}")
+
+PGBOUNCER_KEEPS_PREPARED_STATEMENTS = WHY_NOT is None and tuple(
+    int(p) for p in pgbouncer.version().split(".")[:2]) >= (1, 21)
 
 LEADER_LOCK = ("SELECT l.pid FROM pg_locks AS l WHERE l.locktype = 'advisory' AND l.granted"
                " AND l.objid::int = hashtext('pgbaton.leader.' || %s)")
@@ -109,14 +115,14 @@ def test_the_data_plane_runs_through_the_pool(
     assert len(done) == 16
 
 
-def test_without_prepare_false_a_pooled_client_loses_its_prepared_statements(
+def test_with_prepare_true_a_pooled_client_loses_its_prepared_statements(
     bouncer: pgbouncer.PgBouncer, schema: str, queue: pgbaton.Queue,
 ) -> None:
-    """Why the worker turns prepare off behind the pool (PgBouncer 1.18 here): psycopg
-    prepares a statement on one server connection and runs it on another."""
-    if tuple(int(p) for p in pgbouncer.version().split(".")[:2]) >= (1, 21):
+    """Why the worker and the Queue turn prepare off behind the pool (PgBouncer 1.18
+    here): psycopg prepares a statement on one server connection and runs it on another."""
+    if PGBOUNCER_KEEPS_PREPARED_STATEMENTS:
         pytest.skip("PgBouncer 1.21+ may keep prepared statements (max_prepared_statements)")
-    first = pgbaton.Queue(bouncer.dsn, schema=schema)
+    first = pgbaton.Queue(bouncer.dsn, schema=schema, prepare=True)
 
     def interleave() -> None:
         with psycopg.connect(bouncer.dsn) as other:
@@ -131,6 +137,180 @@ def test_without_prepare_false_a_pooled_client_loses_its_prepared_statements(
             interleave()
     finally:
         first.close()
+
+
+THREADS, CALLS = 4, 60
+
+
+def marks(thread: int, number: int) -> list[dict[str, int]]:
+    return [{"thread": thread, "call": number, "part": part} for part in range(2)]
+
+
+def one_call(client: pgbaton.Queue, thread: int, number: int) -> None:
+    """Call `number` of a thread: enqueues, a batch of two and reads, each kind run far
+    more often than psycopg's prepare threshold, each job marked (thread, call, part)."""
+    match number % 5:
+        case 0:
+            client.enqueue("t", marks(thread, number)[0])
+        case 1:
+            client.enqueue_many([{"task": "t", "args": m} for m in marks(thread, number)])
+        case 2:
+            client.get(1)
+        case 3:
+            client.stats()
+        case _:
+            client.jobs(status="pending", limit=1)
+
+
+def run_threads(client: pgbaton.Queue) -> list[BaseException]:
+    """THREADS threads of CALLS calls each on one queue; every error raised."""
+    errors: list[BaseException] = []
+
+    def run(thread: int) -> None:
+        for number in range(CALLS):
+            try:
+                one_call(client, thread, number)
+            except Exception as error:
+                errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    return errors
+
+
+def enqueued_once(db: Any) -> None:
+    """Every call that enqueues wrote its jobs exactly once: 2 of every 5 calls write
+    one and two jobs, so each thread wrote CALLS / 5 * 3 jobs."""
+    rows = db.execute(
+        "SELECT args->>'thread' AS thread, args->>'call' AS call, args->>'part' AS part,"
+        " count(*) AS n FROM jobs GROUP BY 1, 2, 3").fetchall()
+    assert all(row["n"] == 1 for row in rows), [r for r in rows if r["n"] != 1]
+    assert len(rows) == THREADS * CALLS // 5 * 3
+
+
+def start_in_front(server_dsn: str, **settings: Any) -> pgbouncer.PgBouncer:
+    why_not = pgbouncer.cannot_reach(server_dsn)
+    if why_not is not None:
+        pytest.skip(f"no PgBouncer in front of this server: {why_not}")
+    return pgbouncer.start(server_dsn, **settings)
+
+
+@pytest.fixture
+def small_bouncer(server_dsn: str) -> Iterator[pgbouncer.PgBouncer]:
+    """Two server connections for four of the queue's: every call may land elsewhere."""
+    started = start_in_front(server_dsn, pool_size=2)
+    yield started
+    started.stop()
+
+
+def test_a_queue_finds_the_pool_and_prepares_nothing(
+    small_bouncer: pgbouncer.PgBouncer, server_dsn: str, queue: pgbaton.Queue, db: Any,
+) -> None:
+    """A plain Queue through a transaction pool of two server connections, four threads
+    of 60 calls: its probe at open finds the pool, its connections prepare nothing, no
+    call fails, and every job is written once. On a direct DSN it keeps preparing."""
+    client = pgbaton.Queue(small_bouncer.dsn, schema=queue.schema)
+    try:
+        errors = run_threads(client)
+    finally:
+        client.close()
+    assert errors == [], f"{len(errors)} errors, such as {errors[0]!r}"
+    enqueued_once(db)
+    assert client.transaction_pool is not None and client.prepare is False
+    queue.stats()
+    assert queue.transaction_pool is None and queue.prepare is True
+
+
+async def test_an_async_queue_finds_the_pool_and_prepares_nothing(
+    small_bouncer: pgbouncer.PgBouncer, queue: pgbaton.Queue, db: Any,
+) -> None:
+    """The same with an AsyncQueue and four tasks of 60 calls each."""
+    client = pgbaton.AsyncQueue(small_bouncer.dsn, schema=queue.schema)
+    errors: list[BaseException] = []
+
+    async def run(thread: int) -> None:
+        for number in range(CALLS):
+            try:
+                match number % 5:
+                    case 0:
+                        await client.enqueue("t", marks(thread, number)[0])
+                    case 1:
+                        await client.enqueue_many(
+                            [{"task": "t", "args": m} for m in marks(thread, number)])
+                    case 2:
+                        await client.get(1)
+                    case 3:
+                        await client.stats()
+                    case _:
+                        await client.jobs(status="pending", limit=1)
+            except Exception as error:
+                errors.append(error)
+
+    try:
+        await asyncio.gather(*(run(thread) for thread in range(THREADS)))
+    finally:
+        await client.close()
+    assert errors == [], f"{len(errors)} errors, such as {errors[0]!r}"
+    enqueued_once(db)
+    assert client.transaction_pool is not None and client.prepare is False
+
+
+def test_a_session_pool_is_not_taken_for_a_transaction_pool(
+    server_dsn: str, queue: pgbaton.Queue,
+) -> None:
+    """PgBouncer in session mode hands each client a server session of its own: the
+    Queue's probe runs (the key PgBouncer gives is its own) and finds no pool."""
+    session_pool = start_in_front(server_dsn, pool_size=4, pool_mode="session")
+    client = pgbaton.Queue(session_pool.dsn, schema=queue.schema)
+    try:
+        client.stats()
+        assert client.transaction_pool is None and client.prepare is True
+    finally:
+        client.close()
+        session_pool.stop()
+
+
+def test_a_statement_pool_is_found_and_the_queue_runs_through_it(
+    server_dsn: str, queue: pgbaton.Queue, db: Any,
+) -> None:
+    """PgBouncer in statement mode refuses the probe's transactions: that refusal is
+    the evidence (the probe used to raise it, so no Queue could open there), and the
+    queue's autocommit statements then run through it, prepared nowhere."""
+    statement_pool = start_in_front(server_dsn, pool_size=2, pool_mode="statement")
+    client = pgbaton.Queue(statement_pool.dsn, schema=queue.schema)
+    try:
+        errors = run_threads(client)
+        evidence = transaction_pool_evidence(statement_pool.dsn)
+    finally:
+        client.close()
+        statement_pool.stop()
+    assert errors == [], f"{len(errors)} errors, such as {errors[0]!r}"
+    enqueued_once(db)
+    assert "refused a transaction" in (client.transaction_pool or "")
+    assert evidence is not None and "statement pooling" in evidence
+
+
+def test_a_queue_told_to_prepare_through_the_pool_never_reports_a_lost_connection(
+    small_bouncer: pgbouncer.PgBouncer, queue: pgbaton.Queue,
+) -> None:
+    """prepare=True through the pool (as if PgBouncer kept prepared statements): the
+    calls that reach another client's statement fail as the server's refusal they are,
+    never as ConnectionFailed, never as worth retrying, and say how to fix it."""
+    if PGBOUNCER_KEEPS_PREPARED_STATEMENTS:
+        pytest.skip("PgBouncer 1.21+ may keep prepared statements (max_prepared_statements)")
+    client = pgbaton.Queue(small_bouncer.dsn, schema=queue.schema, prepare=True)
+    try:
+        errors = run_threads(client)
+    finally:
+        client.close()
+    assert errors, "no statement crossed server connections: nothing was judged"
+    assert not [e for e in errors if isinstance(e, ConnectionFailed)], errors[:3]
+    assert all(isinstance(e, psycopg.Error) and not is_transient(e) for e in errors)
+    assert all("prepare=False" in "".join(getattr(e, "__notes__", ())) for e in errors)
 
 
 def test_a_pooled_worker_refuses_to_lead_without_a_direct_session(

@@ -34,9 +34,10 @@ def test_rates_are_read_from_text_pairs_and_rates(text, rate):
 
 @pytest.mark.parametrize(
     ("rate", "message"),
-    [("0/s", "allows 0 starts per window: use 1 to 10,000"),
-     ("-1/s", "is not understood"),
-     ("100000/s", "allows 100000 starts per window"),
+    [("0/s", "allows 0 starts per window: the limit must be at least 1"),
+     ("-1/s", "allows -1 starts per window: the limit must be at least 1"),
+     ("100000/s", "allows 100000 starts per window: the limit must be at most 10,000"),
+     ("\uff15/s", "holds '\uff15' .U+FF15 FULLWIDTH DIGIT FIVE., which is not ASCII"),
      ("5/fortnight", "is not understood"),
      ("1/0s", "rate period of 0 s is out of range"),
      ("1/30d", "rate period of 2.592e+06 s is out of range"),

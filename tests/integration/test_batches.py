@@ -171,3 +171,71 @@ async def test_the_async_queue_takes_a_batch(aqueue):
     [callback] = await aqueue.claim("w")
     batch_id = (await aqueue.get(ids[0])).batch_id  # type: ignore[union-attr]
     assert (callback.task, callback.args) == ("s", {"batch": counts(batch_id, 1, done=1)})
+
+
+def app_of(queue: pgbaton.Queue) -> pgbaton.App:
+    """An App on the queue's schema with three tasks: a member and two callbacks."""
+    app = pgbaton.App(queue.dsn, schema=queue.schema)
+
+    @app.task(name="a")
+    def a() -> None: ...
+
+    @app.task(name="finished")
+    def finished(batch: dict[str, Any], user: int = 0) -> None: ...
+
+    @app.task(name="succeeded")
+    def succeeded(batch: dict[str, Any]) -> None: ...
+
+    return app
+
+
+def nothing_written(db: psycopg.Connection[Any]) -> bool:
+    return db.execute(
+        "SELECT (SELECT count(*) FROM jobs) AS jobs, (SELECT count(*) FROM batches) AS batches"
+    ).fetchone() == {"jobs": 0, "batches": 0}
+
+
+async def test_an_apps_enqueue_many_refuses_a_task_it_does_not_register(queue, db):
+    """A member job or a callback of a task the App lacks: UnknownTask naming each such
+    task once, where it first appears, and the App's tasks; nothing is written, on every
+    path (plain, COPY, labels, batch, async)."""
+    app = app_of(queue)
+    cases: list[tuple[list[dict[str, Any]], Batch | None, str]] = [
+        ([{"task": "a"}, {"task": "b"}, {"task": "b"}], None,
+         "no task named 'b' (job 1) is registered in this App (it has: a, finished, "
+         "succeeded); nothing was written"),
+        ([{"task": "a"}] * 600 + [{"task": "b"}], None, "'b' (job 600)"),
+        ([{"task": "a", "label": "x"}, {"task": "c", "after": ["x"]}], None, "'c' (job 1)"),
+        ([{"task": "a"}], Batch(on_finish=Callback("finish")),
+         "no task named 'finish' (the batch's on_finish) is registered"),
+        ([{"task": "a"}], Batch(on_finish=Callback("finished"), on_success=Callback("ok")),
+         "'ok' (the batch's on_success)"),
+        ([{"task": "b"}], Batch(on_success=Callback("ok")),
+         "no tasks named 'b' (job 0), 'ok' (the batch's on_success) are registered"),
+        ([{"task": f"t{n}"} for n in range(7)], None, "'t4' (job 4) and 2 more are"),
+    ]
+    for jobs, batch, message in cases:
+        with pytest.raises(pgbaton.UnknownTask) as caught:
+            app.enqueue_many(jobs, batch=batch)
+        assert message in str(caught.value) and "\n" not in str(caught.value), caught.value
+        with pytest.raises(pgbaton.UnknownTask, match="registered in this App"):
+            await app.enqueue_many_async(jobs, batch=batch)
+    assert nothing_written(db)
+    ids = app.enqueue_many([{"task": "a"}] * 2, batch=BOTH)
+    app.queue.close()
+    assert len(ids) == 2 and db.execute("SELECT count(*) AS n FROM batches").fetchone() == {"n": 1}
+
+
+def test_inline_mode_refuses_an_unknown_callback_before_any_job_runs(queue, db):
+    app = app_of(queue)
+    ran: list[int] = []
+
+    @app.task(name="member")
+    def member(n: int) -> None:
+        ran.append(n)
+
+    with pgbaton.testing.inline(app), pytest.raises(pgbaton.UnknownTask, match="'nope'"):
+        app.enqueue_many([{"task": "member", "args": {"n": 1}}],
+                         batch=Batch(on_finish=Callback("nope")))
+    assert ran == []
+    assert nothing_written(db)

@@ -9,7 +9,14 @@ from dataclasses import asdict
 import click
 
 from .. import _database, _sql
-from .._cli_common import _print_json, dsn_option, json_option, resolve_dsn, schema_option
+from .._cli_common import (
+    NumberRange,
+    _print_json,
+    dsn_option,
+    json_option,
+    resolve_dsn,
+    schema_option,
+)
 from ..dsn import redact_dsn
 from ..pooling import transaction_pool_evidence
 from .checks import run_checks
@@ -24,19 +31,19 @@ APPLICATION_NAME = "pgbaton doctor"
 @dsn_option
 @schema_option
 @json_option
-@click.option("--max-idle-in-transaction", type=click.FloatRange(min=0), default=60.0,
+@click.option("--max-idle-in-transaction", type=NumberRange(min=0), default=60.0,
               show_default=True, metavar="SECONDS",
               help="A session idle in transaction longer than this is a problem.")
-@click.option("--max-transaction-age", type=click.FloatRange(min=0), default=300.0,
+@click.option("--max-transaction-age", type=NumberRange(min=0), default=300.0,
               show_default=True, metavar="SECONDS",
               help="A transaction holding a snapshot longer than this is a problem.")
-@click.option("--lease-grace", type=click.FloatRange(min=0), default=30.0,
+@click.option("--lease-grace", type=NumberRange(min=0), default=30.0,
               show_default=True, metavar="SECONDS",
               help="A running job this long past its lease means nobody reaps.")
-@click.option("--max-lag", type=click.FloatRange(min=0), default=300.0,
+@click.option("--max-lag", type=NumberRange(min=0), default=300.0,
               show_default=True, metavar="SECONDS",
               help="A due job waiting longer than this to start is a problem.")
-@click.option("--max-dead-ratio", type=click.FloatRange(min=0, max=1), default=0.5,
+@click.option("--max-dead-ratio", type=NumberRange(min=0, max=1), default=0.5,
               show_default=True, metavar="FRACTION",
               help="A larger share of dead row versions in jobs is a warning.")
 @click.option("--verbose", is_flag=True,

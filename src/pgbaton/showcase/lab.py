@@ -19,7 +19,14 @@ from typing import Any
 
 import click
 
-from .._cli_common import _print_json, dsn_option, json_option, resolve_dsn
+from .._cli_common import (
+    NumberRange,
+    WholeNumberRange,
+    _print_json,
+    dsn_option,
+    json_option,
+    resolve_dsn,
+)
 from ..errors import PgbatonError
 from .lab_runner import Settings, run_lab
 from .lab_workers import STRATEGIES, Strategy
@@ -123,13 +130,13 @@ def _strategy_list(
 
 
 @click.command()
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+@click.option("--workers", type=WholeNumberRange(1, 64), default=4, show_default=True,
               help="Worker processes, each with one connection.")
-@click.option("--jobs", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
+@click.option("--jobs", type=WholeNumberRange(1, 1_000_000), default=200, show_default=True,
               help="Jobs per strategy.")
-@click.option("--work-ms", type=click.FloatRange(0, 60_000), default=5.0, show_default=True,
+@click.option("--work-ms", type=NumberRange(0, 60_000), default=5.0, show_default=True,
               help="Simulated work per job, in milliseconds.")
-@click.option("--race-gap", "race_gap_ms", type=click.FloatRange(0, 60_000), default=1.0,
+@click.option("--race-gap", "race_gap_ms", type=NumberRange(0, 60_000), default=1.0,
               show_default=True,
               help="Milliseconds between SELECT and UPDATE in strategies 1 and 2 (the "
                    "application's own time and the network's).")
