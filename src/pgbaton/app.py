@@ -7,6 +7,7 @@ apart, each would import the others."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -33,6 +34,7 @@ from typing import (
 from . import _sql
 from ._checks import check_int4, check_lease, job_params
 from .context import JobContext
+from .dependencies import Callback
 from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument, UnknownTask
 from .events import Events, Subscriber
@@ -459,9 +461,10 @@ class App:
         """Queue.enqueue_many in the database the jobs' queues (and the batch's
         callbacks') are routed to; jobs of two databases are refused before anything
         is written (InvalidArgument), as one statement cannot write to both, and so is
-        a job or callback of a task this App does not register (UnknownTask)."""
-        jobs = list(jobs)
-        self.check_tasks_known(jobs, batch)
+        a job or callback of a task this App does not register (UnknownTask) or args
+        its handler cannot take. A job or callback that gives no queue, max_attempts
+        or key gets its task's, as task.enqueue() would."""
+        jobs, batch = self.with_task_defaults(jobs, batch)
         return self.queue_for(self._routes.queue_of_many(jobs, batch)).enqueue_many(
             jobs, conn=conn, batch=batch
         )
@@ -471,11 +474,48 @@ class App:
         conn: AsyncCallerConnection | None = None, batch: Batch | None = None,
     ) -> list[int]:
         """enqueue_many() through the AsyncQueue of the jobs' database."""
-        jobs = list(jobs)
-        self.check_tasks_known(jobs, batch)
+        jobs, batch = self.with_task_defaults(jobs, batch)
         return await self.async_queue_for(
             self._routes.queue_of_many(jobs, batch)
         ).enqueue_many(jobs, conn=conn, batch=batch)
+
+    def with_task_defaults(
+        self, jobs: Iterable[Mapping[str, Any]], batch: Batch | None
+    ) -> tuple[list[Mapping[str, Any]], Batch | None]:
+        """The jobs and batch of one enqueue_many call, checked against this App's
+        tasks (check_tasks_known, then each job's args) and with each task's queue,
+        max_attempts and key where the caller gave none."""
+        jobs = list(jobs)
+        self.check_tasks_known(jobs, batch)
+        filled: list[Mapping[str, Any]] = []
+        for job in jobs:
+            name = job.get("task") if isinstance(job, Mapping) else None
+            task = self.tasks.get(name) if isinstance(name, str) else None
+            if task is None:
+                filled.append(job)  # enqueue_many's own checks name what is wrong
+                continue
+            args = job.get("args")
+            task.check_args(args)
+            options = {name: value for name, value in job.items()
+                       if name not in ("task", "args")}
+            filled.append({"task": task.name, "args": args,
+                           **task.job_options(args, options)})
+        if batch is not None:
+            batch = dataclasses.replace(
+                batch, **{which: self._callback_defaults(getattr(batch, which))
+                          for which in ("on_finish", "on_success")})
+        return filled, batch
+
+    def _callback_defaults(self, callback: Any) -> Any:
+        if not isinstance(callback, Callback) or callback.task not in self.tasks:
+            return callback  # Batch.params and check_tasks_known name what is wrong
+        task = self.tasks[callback.task]
+        return dataclasses.replace(
+            callback,
+            queue=task.queue if callback.queue is None else callback.queue,
+            max_attempts=(task.max_attempts if callback.max_attempts is None
+                          else callback.max_attempts),
+        )
 
     def check_tasks_known(
         self, jobs: Iterable[object], batch: Batch | None = None

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._checks import _brief, check_job_id, check_name, job_params
+from ._checks import JOB_DEFAULTS, _brief, check_job_id, check_name, job_params
 from ._encoding import to_json
 from .errors import InvalidArgument
 from .limits import MAX_PARENTS
@@ -28,18 +28,27 @@ CALLBACK_ARG = "batch"  # the argument a batch callback receives its batch in
 @dataclass(frozen=True, slots=True)
 class Callback:
     """A job a batch enqueues when its last job ends. Its args get one more, `batch`:
-    {"id", "jobs", "done", "failed", "cancelled"}."""
+    {"id", "jobs", "done", "failed", "cancelled"}. queue and max_attempts left None are
+    the task's own when an App enqueues the batch, else "default" and 5."""
 
     task: str
     args: Mapping[str, Any] | None = None
-    queue: str = "default"
+    queue: str | None = None
     priority: int = 0
-    max_attempts: int = 5
+    max_attempts: int | None = None
+
+    def job_options(self) -> dict[str, Any]:
+        """The callback job's queue, priority and max_attempts, the defaults filled in."""
+        return {
+            "queue": JOB_DEFAULTS["queue"] if self.queue is None else self.queue,
+            "priority": self.priority,
+            "max_attempts": (JOB_DEFAULTS["max_attempts"] if self.max_attempts is None
+                             else self.max_attempts),
+        }
 
     def as_json(self, which: str) -> str:
         params = job_params(
-            self.task, self.args, queue=self.queue, priority=self.priority,
-            max_attempts=self.max_attempts, encode_args=False,
+            self.task, self.args, **self.job_options(), encode_args=False,
         )
         if CALLBACK_ARG in params["args"]:
             raise InvalidArgument(

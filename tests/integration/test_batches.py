@@ -239,3 +239,33 @@ def test_inline_mode_refuses_an_unknown_callback_before_any_job_runs(queue, db):
                          batch=Batch(on_finish=Callback("nope")))
     assert ran == []
     assert nothing_written(db)
+
+
+def test_an_apps_enqueue_many_gives_each_job_its_tasks_queue_and_settings(queue, db):
+    """A job or callback that names no queue, max_attempts or key gets its task's, as
+    task.enqueue() gives them: a worker of the task's queue would never see a job put
+    in 'default'. What the caller gives wins, and args the handler cannot take are
+    refused before anything is written."""
+    app = pgbaton.App(queue.dsn, schema=queue.schema)
+
+    @app.task(name="mail", queue="emails", max_attempts=2, key=lambda to: f"to:{to}")
+    def mail(to: str) -> None: ...
+
+    @app.task(name="report", queue="reports", max_attempts=9)
+    def report(batch: dict[str, Any]) -> None: ...
+
+    app.enqueue_many(
+        [{"task": "mail", "args": {"to": "a"}},
+         {"task": "mail", "args": {"to": "b"}, "queue": "urgent", "max_attempts": 4}],
+        batch=Batch(on_finish=Callback("report")),
+    )
+    rows = db.execute("SELECT queue, max_attempts, key FROM jobs ORDER BY id").fetchall()
+    assert rows == [{"queue": "emails", "max_attempts": 2, "key": "to:a"},
+                    {"queue": "urgent", "max_attempts": 4, "key": "to:b"}]
+    on_finish = db.execute("SELECT on_finish FROM batches").fetchone()["on_finish"]
+    assert (on_finish["queue"], on_finish["max_attempts"]) == ("reports", 9)
+    with pytest.raises(pgbaton.InvalidArgument, match="unexpected 'too'"):
+        app.enqueue_many([{"task": "mail", "args": {"to": "c"}},
+                          {"task": "mail", "args": {"too": "d"}}])
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 2}
+    app.queue.close()

@@ -141,8 +141,7 @@ class InlineJobs:
                 if callback is not None:
                     queue.enqueue(
                         callback.task, {**(callback.args or {}), "batch": counts},
-                        queue=callback.queue, priority=callback.priority,
-                        max_attempts=callback.max_attempts,
+                        **callback.job_options(),
                     )
         return ids
 
