@@ -104,3 +104,43 @@ def test_a_job_cancelled_while_it_waits_for_a_slot_is_stopped_and_let_go(
 def test_claim_ahead_is_checked(bad: object) -> None:
     with pytest.raises(pgbaton.InvalidArgument, match="claim_ahead must be a whole number"):
         pgbaton.WorkerConfig(claim_ahead=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flow", [False, True], ids=["plain claim", "flow claim"])
+def test_a_claim_records_the_start_of_only_the_jobs_that_start_at_once(
+    queue: pgbaton.Queue, db, flow: bool
+):
+    """claim_batch(starting=2) of 5: the first two in claim order get started_at and
+    Claim.started; start_many() starts the others, fenced by token and status, so a job
+    cancelled since its claim is refused; a lease that expires on a job never started
+    gives its attempt back."""
+    if flow:
+        queue.set_concurrency("default", 100)  # any limit sends the claim through the flow
+    jobs = [queue.enqueue("t", priority=p) for p in (0, 4, 3, 2, 1)]
+    claims = queue.claim_batch("w", limit=5, lease=30, starting=2).claims
+    assert [c.id for c in claims] == [jobs[1], jobs[2], jobs[3], jobs[4], jobs[0]]
+    assert [c.started for c in claims] == [True, True, False, False, False]
+    started = {r["id"]: r["started_at"] is not None for r in db.execute(
+        "SELECT id, started_at FROM jobs")}
+    assert started == {c.id: c.started for c in claims}
+
+    assert queue.cancel(claims[3].id) is True
+    assert queue.start_many(claims[2:4], lease=60) == [True, False]
+    assert claims[2].started and not claims[3].started
+    assert scalar(db, "SELECT started_at IS NOT NULL AND lease_until > now() + interval"
+                  " '50 s' FROM jobs WHERE id = %s", claims[2].id)
+
+    db.execute("UPDATE jobs SET lease_until = now() - interval '1 s'"
+               " WHERE id = %s", (claims[4].id,))
+    assert queue.reap() == 1
+    row = db.execute("SELECT status, attempts, started_at, errors FROM jobs WHERE id = %s",
+                     (claims[4].id,)).fetchone()
+    assert (row["status"], row["attempts"], row["started_at"]) == ("pending", 0, None)
+    assert [(e["type"], e["started"], e["attempt"]) for e in row["errors"]] == [
+        ("LeaseExpired", False, 1)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_starting_is_checked(queue: pgbaton.Queue, bad: object) -> None:
+    with pytest.raises(pgbaton.InvalidArgument, match="starting must be a whole number"):
+        queue.claim_batch("w", limit=5, starting=bad)  # type: ignore[arg-type]
