@@ -21,7 +21,7 @@ from .models import Claim
 # The claim statements' column for each field of Claim, in the order of its fields.
 CLAIM_COLUMNS = (
     "id", "claim_token", "attempts", "max_attempts", "task", "args", "key", "queue",
-    "priority", "lease_until", "created_at", "idempotency_key", "run_at", "meta",
+    "priority", "lease_until", "created_at", "idempotency_key", "run_at", "meta", "started",
 )
 
 _raw_decode = json.JSONDecoder().raw_decode

@@ -63,6 +63,9 @@ class Claim:
     run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
     # The job's headers (the enqueuing span's trace context), None when it has none.
     meta: dict[str, Any] | None = field(default=None, repr=False)
+    # False for a job claimed ahead (claim_batch's `starting`): its start is not recorded
+    # yet, and start_many() must record it before the job runs.
+    started: bool = field(default=True, repr=False)
 
     @property
     def idempotency_key(self) -> str:
@@ -86,6 +89,7 @@ class Claim:
             job_idempotency_key=row["idempotency_key"],
             run_at=row.get("run_at"),
             meta=row.get("meta"),
+            started=row.get("started", True),
         )
 
 

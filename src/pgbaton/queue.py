@@ -90,14 +90,18 @@ Pool = psycopg_pool.ConnectionPool[database.PooledConnection]
 def _claim_params(
     worker_id: str, limit: int, lease: float, queues: Iterable[str] | None,
     tasks: Iterable[str] | None, *, finished: Iterable[uuid.UUID] | None = None,
+    starting: int | None = None,
 ) -> dict[str, Any]:
+    limit = check_limit(limit)
     return {
         "worker_id": check_name("worker_id", worker_id),
-        "limit": check_limit(limit),
+        "limit": limit,
         "lease": check_lease(lease),
         "queues": check_queues(queues),
         "tasks": check_tasks(tasks),
         "finished": check_tokens("finished", finished),
+        "starting": limit if starting is None else min(
+            check_int4("starting", starting, minimum=0), limit),
     }
 
 
@@ -716,13 +720,17 @@ class Queue:
         queues: Iterable[str] | None = None,
         tasks: Iterable[str] | None = None,
         finished: Iterable[uuid.UUID] | None = None,
+        starting: int | None = None,
     ) -> ClaimBatch:
         """As claim(), and when a rate-limited queue is full, in how many seconds its
         next start is due. `finished`: the claim tokens of this worker's jobs whose
         handlers have ended and whose outcomes are not written yet; they no longer count
         against their queues' concurrency limits (a worker's own bookkeeping: a token of
-        a job still running would let the limit be passed)."""
-        params = _claim_params(worker_id, limit, lease, queues, tasks, finished=finished)
+        a job still running would let the limit be passed). `starting`: how many of the
+        claimed jobs start at once, the first in claim order (None: all); the others are
+        claimed ahead, `Claim.started` False, and start_many() starts them."""
+        params = _claim_params(worker_id, limit, lease, queues, tasks, finished=finished,
+                               starting=starting)
         statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
         for _ in range(3):
             try:
@@ -776,6 +784,23 @@ class Queue:
         for position, claim in enumerate(claims, start=1):
             if position in extended:
                 claim.lease_until = extended[position]
+        return _changed(rows, len(claims))
+
+    def start_many(self, claims: Iterable[Claim], *, lease: float = 30.0) -> list[bool]:
+        """Record the start of jobs claimed ahead (claim_batch's `starting`), in one
+        statement, and renew their leases. Returns, for each claim in order, whether it
+        is still held: a job cancelled or taken by another worker since its claim must
+        not start (release() it)."""
+        claims = list(claims)
+        if not claims:
+            return []
+        params = {**held_params(claims), "lease": check_lease(lease)}
+        rows = self._fetch("job_start_many", params)
+        started = {row["position"]: row["lease_until"] for row in rows}
+        for position, claim in enumerate(claims, start=1):
+            if position in started:
+                claim.lease_until = started[position]
+                claim.started = True
         return _changed(rows, len(claims))
 
     def complete(self, claim: Claim, result: Any = None) -> bool:

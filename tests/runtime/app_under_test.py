@@ -208,3 +208,20 @@ async def long_async(context: pgbaton.JobContext, seconds: float = 30.0) -> str:
 @app.task
 async def noop() -> None:
     """Nothing at all: the bulk of a soak."""
+
+
+@app.task(pass_context=True, timeout=0.2, max_attempts=2,
+          retry=pgbaton.Backoff(base=0.01, cap=0.01))
+def overruns(context: pgbaton.JobContext, seconds: float = 0.6) -> None:
+    """A sync handler that runs past its timeout and never looks at should_stop: each
+    attempt's start and end are effects, to check in SQL that no two overlap."""
+    record(context, "start")
+    time.sleep(seconds)
+    record(context, "end")
+
+
+@app.task(pass_context=True, max_attempts=2)
+async def kills_its_worker(context: pgbaton.JobContext) -> None:
+    """Ends its worker process as it starts, as a segfaulting extension would."""
+    await asyncio.to_thread(record, context, "start")
+    os._exit(70)

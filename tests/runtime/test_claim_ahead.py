@@ -104,3 +104,144 @@ def test_a_job_cancelled_while_it_waits_for_a_slot_is_stopped_and_let_go(
 def test_claim_ahead_is_checked(bad: object) -> None:
     with pytest.raises(pgbaton.InvalidArgument, match="claim_ahead must be a whole number"):
         pgbaton.WorkerConfig(claim_ahead=bad)  # type: ignore[arg-type]
+
+
+def test_a_killed_worker_gives_back_the_attempts_of_the_jobs_it_had_not_started(
+    start_worker, app_schema, db, queue
+):
+    """SIGKILL a worker holding 2 running and 40 claimed-ahead jobs of one attempt each:
+    the 2 that started fail with the lease-expired record, the 40 that waited go back to
+    pending with no attempt spent, their record saying they never started; another
+    worker then runs them."""
+    jobs = [app_under_test.work.enqueue({"seconds": 60.0}, max_attempts=1) for _ in range(42)]
+    worker = start_worker("--concurrency", "2", "--claim-ahead", "40", "--lease", "2",
+                          "--no-maintenance")
+    wait_until(lambda: _held(db) == 42, what="42 jobs held")
+    wait_until(lambda: scalar(db, f'SELECT count(*) FROM "{app_schema}".effects') == 2,
+               what="the first two handlers started")
+    worker.kill()
+    wait_until(lambda: queue.reap() >= 0 and _held(db) == 0, timeout=30,
+               what="the killed worker's leases reaped")
+    started = {r["job_id"] for r in db.execute(
+        f'SELECT job_id FROM "{app_schema}".effects WHERE what = \'start\'')}
+    assert len(started) == 2
+    rows = {r["id"]: r for r in db.execute(
+        "SELECT id, status, attempts, started_at, errors FROM jobs WHERE id = ANY(%s)",
+        (jobs,))}
+    for job in jobs:
+        row = rows[job]
+        [error] = row["errors"]
+        assert error["type"] == "LeaseExpired"
+        if job in started:
+            assert (row["status"], row["attempts"], error["started"]) == ("failed", 1, True)
+        else:
+            assert (row["status"], row["attempts"], row["started_at"], error["started"]) == (
+                "pending", 0, None, False)
+            assert "before the job started" in error["message"]
+            assert "not counted" in error["message"]
+    # The 40 run elsewhere, on their one attempt.
+    db.execute("UPDATE jobs SET args = '{\"seconds\": 0}' WHERE status = 'pending'")
+    other = start_worker("--concurrency", "4", "--no-maintenance")
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'done'") == 40,
+               timeout=60, what="the 40 done")
+    assert scalar(db, "SELECT count(*) FROM jobs WHERE status = 'done' AND attempts = 1"
+                  " AND NOT id = ANY(%s)", list(started)) == 40
+    assert other.stop() == 0
+
+
+def test_a_job_that_kills_its_worker_as_it_starts_spends_its_attempts(
+    start_worker, app_schema, db, queue
+):
+    """A handler that os._exit()s its worker, max_attempts=2, first claimed ahead and
+    then at once: each start is counted before the handler runs, so the job ends failed
+    after two attempts instead of coming back for ever."""
+    first = app_under_test.work.enqueue({"seconds": 0.5})
+    killer = app_under_test.kills_its_worker.enqueue()
+    workers_started = []
+    for _ in range(4):
+        if scalar(db, "SELECT status FROM jobs WHERE id = %s", killer) == "failed":
+            break
+        # One slot and one claimed ahead: on the first round the killer waits behind
+        # `first` and starts from the worker's buffer.
+        worker = start_worker("--concurrency", "1", "--claim-ahead", "1", "--lease", "1",
+                              "--no-maintenance")
+        workers_started.append(worker)
+        wait_until(lambda w=worker: w.process.poll() is not None, timeout=30,
+                   what="the worker killed by its job")
+        wait_until(lambda: queue.reap() >= 0 and scalar(
+            db, "SELECT count(*) FROM jobs WHERE status = 'running'") == 0,
+            timeout=30, what="the dead worker's leases reaped")
+    row = db.execute("SELECT status, attempts, errors FROM jobs WHERE id = %s",
+                     (killer,)).fetchone()
+    assert (row["status"], row["attempts"]) == ("failed", 2)
+    assert [(e["type"], e["started"]) for e in row["errors"]] == [
+        ("LeaseExpired", True), ("LeaseExpired", True)]
+    assert len(workers_started) == 2
+    assert scalar(db, "SELECT status FROM jobs WHERE id = %s", first) == "done"
+    assert scalar(db, f"""SELECT count(*) FROM "{app_schema}".effects
+                          WHERE job_id = %s AND what = 'start'""", killer) == 2
+
+
+def test_a_job_cancelled_while_it_waits_in_the_worker_never_starts(
+    start_worker, app_schema, db, queue
+):
+    """Claim-ahead 3 and a 60 s lease (the heartbeat comes every 20 s): a job cancelled
+    while it waits behind a running one is not started when the slot frees; it is let
+    go, and its handler never runs."""
+    first = app_under_test.work.enqueue({"seconds": 1.5})
+    behind = app_under_test.work.enqueue({"seconds": 0})
+    worker = start_worker("--concurrency", "1", "--claim-ahead", "3", "--lease", "60",
+                          "--no-maintenance")
+    wait_until(lambda: _held(db) == 2, what="both jobs held")
+    assert queue.cancel(behind) is True
+    wait_until(lambda: scalar(db, "SELECT status FROM jobs WHERE id = %s", first) == "done",
+               timeout=30, what="the first job done")
+    wait_until(lambda: scalar(db, "SELECT claim_token IS NULL FROM jobs WHERE id = %s",
+                              behind), timeout=10, what="the cancelled job let go")
+    assert scalar(db, f"""SELECT count(*) FROM "{app_schema}".effects
+                          WHERE job_id = %s""", behind) == 0
+    row = db.execute("SELECT status, started_at FROM jobs WHERE id = %s", (behind,)).fetchone()
+    assert row == {"status": "cancelled", "started_at": None}
+    stats = worker.stop()
+    assert stats == 0
+    assert worker.final_stats()["claims_lost"] == 1
+
+
+@pytest.mark.parametrize("flow", [False, True], ids=["plain claim", "flow claim"])
+def test_a_claim_records_the_start_of_only_the_jobs_that_start_at_once(
+    queue: pgbaton.Queue, db, flow: bool
+):
+    """claim_batch(starting=2) of 5: the first two in claim order get started_at and
+    Claim.started; start_many() starts the others, fenced by token and status, so a job
+    cancelled since its claim is refused; a lease that expires on a job never started
+    gives its attempt back."""
+    if flow:
+        queue.set_concurrency("default", 100)  # any limit sends the claim through the flow
+    jobs = [queue.enqueue("t", priority=p) for p in (0, 4, 3, 2, 1)]
+    claims = queue.claim_batch("w", limit=5, lease=30, starting=2).claims
+    assert [c.id for c in claims] == [jobs[1], jobs[2], jobs[3], jobs[4], jobs[0]]
+    assert [c.started for c in claims] == [True, True, False, False, False]
+    started = {r["id"]: r["started_at"] is not None for r in db.execute(
+        "SELECT id, started_at FROM jobs")}
+    assert started == {c.id: c.started for c in claims}
+
+    assert queue.cancel(claims[3].id) is True
+    assert queue.start_many(claims[2:4], lease=60) == [True, False]
+    assert claims[2].started and not claims[3].started
+    assert scalar(db, "SELECT started_at IS NOT NULL AND lease_until > now() + interval"
+                  " '50 s' FROM jobs WHERE id = %s", claims[2].id)
+
+    db.execute("UPDATE jobs SET lease_until = now() - interval '1 s'"
+               " WHERE id = %s", (claims[4].id,))
+    assert queue.reap() == 1
+    row = db.execute("SELECT status, attempts, started_at, errors FROM jobs WHERE id = %s",
+                     (claims[4].id,)).fetchone()
+    assert (row["status"], row["attempts"], row["started_at"]) == ("pending", 0, None)
+    assert [(e["type"], e["started"], e["attempt"]) for e in row["errors"]] == [
+        ("LeaseExpired", False, 1)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_starting_is_checked(queue: pgbaton.Queue, bad: object) -> None:
+    with pytest.raises(pgbaton.InvalidArgument, match="starting must be a whole number"):
+        queue.claim_batch("w", limit=5, starting=bad)  # type: ignore[arg-type]

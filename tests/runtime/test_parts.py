@@ -33,12 +33,16 @@ async def run_all(aqueue, app, claims, concurrency=4):
     held = HeldJobs(concurrency)
     executor = Executor(held=held, tasks=app.tasks, middlewares=app.middlewares,
                         worker_id="parts-test", claim_lease=30,
-                        extend_one=_never_extend, notify=ignore,
-                        on_dropped=ignore)
+                        extend_one=_never_extend, start_ahead=_never_start,
+                        notify=ignore, on_dropped=ignore)
     executor.start(claims, time.monotonic())
     await asyncio.gather(*(r.handler for r in held if r.handler), return_exceptions=True)
     executor.shutdown()
     return held
+
+
+async def _never_start(_running) -> bool:
+    raise AssertionError("these claims start at once: none is claimed ahead")
 
 
 async def _never_extend(_context) -> bool:
@@ -105,8 +109,8 @@ async def test_heartbeat_extends_held_leases_and_detects_a_lost_claim(aqueue, db
         await asyncio.sleep(3600)
 
     executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
-                        claim_lease=5, extend_one=_never_extend, notify=ignore,
-                        on_dropped=ignore)
+                        claim_lease=5, extend_one=_never_extend,
+                        start_ahead=_never_start, notify=ignore, on_dropped=ignore)
     executor.start(claims, time.monotonic())
     heartbeat = Heartbeat(aqueue, held, default_lease=60, notify=ignore)
     before = {r["id"]: r["lease_until"] for r in db.execute("SELECT id, lease_until FROM jobs")}

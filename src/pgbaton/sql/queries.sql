@@ -141,6 +141,10 @@ LIMIT 1;
 -- transaction): a claim lost in a server crash leaves the job as it was, which is what
 -- an expired lease does anyway, and the holder's fenced completion then returns False.
 -- The outer SELECT hands the batch back in claim order.
+-- `starting`: how many of the batch start at once (the worker's free slots); only they
+-- get started_at, the first in claim order. The others wait in the worker (claimed
+-- ahead) until job_start_many starts them: a running job with no started_at never ran
+-- its handler, and job_reap gives its attempt back.
 WITH candidate AS (
     SELECT array_agg(picked.id) AS ids
     FROM (
@@ -190,12 +194,16 @@ claimed AS (
         lease_until = now() + make_interval(secs => %(lease)s::float8),
         attempts    = j.attempts + 1,
         worker_id   = %(worker_id)s,
-        started_at  = now()
+        -- The candidates' array is in claim order. Most claims start all they take:
+        -- the first test spares them the search.
+        started_at  = CASE WHEN %(starting)s::integer >= %(limit)s::integer
+                             OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
+                           THEN now() END
     FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
     WHERE j.id = ANY(candidate.ids)
     RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
               j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
-              j.meta
+              j.meta, j.started_at IS NOT NULL AS started
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
@@ -206,10 +214,10 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 -- returns the claimed jobs in claim order and, when a rate-limited queue is full, one
 -- more row with no job whose next_slot_at says when its next start is due. `finished`:
 -- the worker's jobs whose handlers ended and whose outcomes are not written yet, which
--- no longer count against their limits (NULL: none).
+-- no longer count against their limits (NULL: none). `starting` as in job_claim_many.
 SELECT * FROM __schema__.job_claim_flow(
     %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[],
-    %(finished)s::uuid[]);
+    %(finished)s::uuid[], %(starting)s::integer);
 
 -- name: queue_flow_state
 -- What the claim needs to know, cheaply: whether any queue is paused or limited (then
@@ -372,6 +380,21 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, t
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
 
+-- name: job_start_many
+-- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
+-- worker is about to start at one moment, in one statement, each fenced by its token.
+-- A job cancelled, or taken by another worker after its lease, since its claim is not
+-- changed and must not start. The lease is renewed: the job may have waited long.
+-- Like the claim, a start need not wait for the disk: one lost in a server crash is
+-- lost with its claim's lease, as if the worker had died before the start.
+UPDATE __schema__.jobs AS j
+SET started_at  = now(),
+    lease_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.lease_until;
+
 -- name: job_complete_many
 UPDATE __schema__.jobs AS j
 SET status      = 'done',
@@ -434,19 +457,31 @@ RETURNING held.position;
 -- run_at stays, so the job keeps its place in the claim order. Cancelled (or retried)
 -- jobs whose old holder's lease has passed are let go on the way: their key is free
 -- already, and they leave the lease and key indexes.
+-- A job with no started_at was claimed ahead and never started (job_start_many sets it
+-- before the handler runs): it goes back to pending with its attempt given back, and
+-- the record says so. A job whose handler kills its worker has started, so it spends
+-- its attempts and cannot come back for ever.
 WITH expired_holds AS (
     UPDATE __schema__.jobs
     SET claim_token = NULL, lease_until = NULL
     WHERE status <> 'running' AND lease_until < now()
 )
 UPDATE __schema__.jobs AS j
-SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.started_at IS NOT NULL
+                       THEN 'failed' ELSE 'pending' END,
     claim_token = NULL,
     lease_until = NULL,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    attempts    = CASE WHEN j.started_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts AND j.started_at IS NOT NULL
+                       THEN now() END,
     errors      = j.errors || jsonb_build_array(jsonb_build_object(
                       'type', 'LeaseExpired',
-                      'message', 'the lease expired before the worker finished the job',
+                      'message', CASE WHEN j.started_at IS NULL
+                          THEN 'the worker stopped before the job started (its lease '
+                               'expired while the job waited in the worker): this '
+                               'attempt was not counted'
+                          ELSE 'the lease expired before the worker finished the job' END,
+                      'started', j.started_at IS NOT NULL,
                       'attempt', j.attempts, 'worker_id', j.worker_id, 'at', now())),
     worker_id   = NULL
 WHERE j.status = 'running' AND j.lease_until < now()

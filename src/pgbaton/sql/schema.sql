@@ -206,13 +206,17 @@ CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
 -- whose outcomes are not written yet (migration 7). They are not running, so they do
 -- not count against a limit: the worker claims for the room they made at once, while
 -- their completions commit beside the claim instead of before it.
+-- `starting` (migration 9): how many of the claimed jobs start at once, as in
+-- job_claim_many; the others are claimed ahead, with no started_at until
+-- job_start_many, and `started` says which is which.
 CREATE FUNCTION __schema__.job_claim_flow(
     worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
-    finished uuid[])
+    finished uuid[], starting integer)
 RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
                task text, args jsonb, key text, queue text, priority integer,
                run_at timestamptz, lease_until timestamptz, idempotency_key text,
-               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb,
+               started boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -350,7 +354,10 @@ BEGIN
         WHERE a.room > 0
     ),
     picked AS (
-        SELECT candidate.id FROM candidate
+        SELECT candidate.id,
+               row_number() OVER (ORDER BY candidate.priority DESC, candidate.run_at,
+                                           candidate.id) AS place
+        FROM candidate
         WHERE candidate.of_key = 1
         ORDER BY candidate.priority DESC, candidate.run_at, candidate.id
         LIMIT wanted
@@ -364,7 +371,7 @@ BEGIN
             lease_until = clock_timestamp() + make_interval(secs => lease),
             attempts    = j.attempts + 1,
             worker_id   = worker,
-            started_at  = clock_timestamp()
+            started_at  = CASE WHEN picked.place <= starting THEN clock_timestamp() END
         FROM picked
         WHERE j.id = picked.id
         RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
@@ -375,16 +382,17 @@ BEGIN
     ),
     -- Each start is logged at its own time, later than the clock the window was counted
     -- at: no claim of the queue can come between (this one holds its lock), so every
-    -- window ending at this start holds only what was counted, and this.
+    -- window ending at this start holds only what was counted, and this. A job claimed
+    -- ahead counts as started at its claim.
     logged AS (
         INSERT INTO __schema__.queue_starts (queue, started_at, limit_key)
-        SELECT c.queue, c.started_at, c.limit_key
+        SELECT c.queue, coalesce(c.started_at, clock_timestamp()), c.limit_key
         FROM claimed AS c JOIN __schema__.queues AS q ON q.name = c.queue
         WHERE q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL
     )
     SELECT c.id, c.claim_token, c.attempts, c.max_attempts, c.task, c.args, c.key,
            c.queue, c.priority, c.run_at, c.lease_until, c.idempotency_key, c.created_at,
-           NULL::timestamptz, c.meta
+           NULL::timestamptz, c.meta, c.started_at IS NOT NULL
     FROM claimed AS c
     ORDER BY c.priority DESC, c.run_at, c.id;
 
@@ -397,7 +405,7 @@ BEGIN
     SELECT NULL::bigint, NULL::uuid, NULL::integer, NULL::integer, NULL::text,
            NULL::jsonb, NULL::text, NULL::text, NULL::integer, NULL::timestamptz,
            NULL::timestamptz, NULL::text, NULL::timestamptz,
-           min(w.oldest + q.rate_period), NULL::jsonb
+           min(w.oldest + q.rate_period), NULL::jsonb, NULL::boolean
     FROM __schema__.queues AS q
     CROSS JOIN LATERAL (
         SELECT min(st.started_at) AS oldest, count(*) AS starts
@@ -409,7 +417,23 @@ BEGIN
 END;
 $$;
 
--- The previous release's call, with no finished jobs: one body for both.
+-- The previous release's call, which starts every job it claims: one body for all.
+CREATE FUNCTION __schema__.job_claim_flow(
+    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
+    finished uuid[])
+RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
+               task text, args jsonb, key text, queue text, priority integer,
+               run_at timestamptz, lease_until timestamptz, idempotency_key text,
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
+LANGUAGE sql AS $$
+    SELECT f.id, f.claim_token, f.attempts, f.max_attempts, f.task, f.args, f.key, f.queue,
+           f.priority, f.run_at, f.lease_until, f.idempotency_key, f.created_at,
+           f.next_slot_at, f.meta
+    FROM __schema__.job_claim_flow(worker, wanted, lease, only_queues, only_tasks,
+                                   finished, wanted) AS f;
+$$;
+
+-- The release before it, with no finished jobs either.
 CREATE FUNCTION __schema__.job_claim_flow(
     worker text, wanted integer, lease float8, only_queues text[], only_tasks text[])
 RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,

@@ -28,7 +28,7 @@ from ..dependencies import Batch
 from ..errors import ConfigurationError, InvalidArgument, UnknownTask
 from ..models import Claim
 from ..worker.executor import Executor
-from ..worker.held import HeldJobs, Outcome
+from ..worker.held import HeldJobs, Outcome, Running
 from .results import JobResult
 
 if TYPE_CHECKING:
@@ -191,10 +191,14 @@ async def _execute(app: App, claim: Claim) -> Outcome:
     async def extend(_: JobContext) -> bool:
         return True
 
+    async def start(_: Running) -> bool:
+        return True  # never called: an inline claim is started (Claim.started)
+
     executor = Executor(
         held=held, tasks=app.tasks, middlewares=app.middlewares,
         worker_id=INLINE_WORKER_ID, claim_lease=INLINE_LEASE_SECONDS,
-        extend_one=extend, notify=lambda *_, **__: None, on_dropped=lambda _: None,
+        extend_one=extend, start_ahead=start, notify=lambda *_, **__: None,
+        on_dropped=lambda _: None,
     )
     try:
         executor.start([claim], held.now())

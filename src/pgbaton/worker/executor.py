@@ -44,6 +44,7 @@ class Executor:
         worker_id: str,
         claim_lease: float,
         extend_one: Callable[[JobContext], Coroutine[Any, Any, bool]],
+        start_ahead: Callable[[Running], Coroutine[Any, Any, bool]],
         notify: Callable[..., None],
         on_dropped: Callable[[Running], None],
     ) -> None:
@@ -53,6 +54,7 @@ class Executor:
         self.worker_id = worker_id
         self.claim_lease = claim_lease
         self._extend_one = extend_one
+        self._start_ahead = start_ahead  # Starter.start: a job claimed ahead starts
         self._notify = notify
         self._on_dropped = on_dropped
         self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -67,7 +69,9 @@ class Executor:
         """Run the claims just made, each as soon as a slot is free; sent_at is when the
         claim statement was sent."""
         loop = asyncio.get_running_loop()
-        for claim in claims:
+        # The jobs whose start the claim recorded take the free slots: the semaphore
+        # serves them first (the claim marks the first in claim order already).
+        for claim in sorted(claims, key=lambda c: not c.started):
             task = self.tasks.get(claim.task)
             lease = task.lease if task is not None and task.lease else self.claim_lease
             context = JobContext(claim, self.worker_id, self._extend_one, loop)
@@ -82,12 +86,60 @@ class Executor:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _execute(self, running: Running) -> None:
-        claim, task = running.claim, running.task
         outcome: Outcome | None = None
-        slot = False
+        slot = outlived = False
         try:
             await self._slots.acquire()
             slot = True
+            if not running.claim.started and not await self._start_ahead(running):
+                self._not_started(running)
+            else:
+                outcome = await self._attempt(running)
+                if outcome is not None and self._thread_runs(running):
+                    outcome = await self._outlive(running, outcome)
+                    outlived = True
+        except asyncio.CancelledError:
+            # We stopped it (lost, fenced, released) while it waited for a slot or its
+            # start, or while its thread ran on past its attempt: nothing to write.
+            outcome = None
+        finally:
+            if self._thread_runs(running):
+                # Its claim is gone but its thread cannot be stopped, only asked to: it
+                # keeps its slot until it returns.
+                self._thread_strays(running)
+            if running.started is not None and outcome is not None:
+                outcome.run_time = self.held.now() - running.started
+            # A stopping worker (released) still writes the outcome of a job whose
+            # thread ran on past its attempt (_outlive); what it does not write by the
+            # end it releases.
+            self.held.handler_ended(running, outcome if outlived or not running.stopped
+                                    else None)
+            if slot and not running.strayed:
+                self._slots.release()  # else the stray thread's return releases it
+        if running.lost:
+            if running.started is not None:
+                self._notify("results_discarded", running)
+            if running.stop_reason != "fenced":
+                # Known lost (not merely out of reach): let go of the claim, which frees
+                # the key a cancelled job holds. A fenced claim may still be ours; its
+                # attempt stays counted and its lease runs out for the reaper.
+                self._on_dropped(running)
+
+    def _not_started(self, running: Running) -> None:
+        """A job claimed ahead whose start was refused: cancelled while it waited, or
+        taken by another worker after its lease. It never starts."""
+        running.lost, running.stop_reason = True, "lost"  # no handler to tell
+        logger.warning(
+            "job %s (task %r) was claimed ahead and is no longer held (cancelled while it "
+            "waited, or taken after its lease): it is not started", running.claim.id,
+            running.claim.task,
+        )
+        self._notify("job.lost", running)
+
+    async def _attempt(self, running: Running) -> Outcome | None:
+        """Run the handler and judge how it ended; None when we stopped it."""
+        claim, task = running.claim, running.task
+        try:
             self.held.began(running)
             self._notify("job.started", running)
             if task is None:
@@ -98,38 +150,63 @@ class Executor:
             result = await self._invoke(task, running)
             if result is not None:
                 to_json(result, f"result of task {task.name!r}")  # judged here, not later
-            outcome = Outcome(claim, ok=True, result=result)
+            return Outcome(claim, ok=True, result=result)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if running.stopped or (current is not None and current.cancelling()):
-                outcome = None  # we stopped it: nothing to write
-            else:
-                # The handler raised CancelledError of its own accord.
-                outcome = self._failure(running, HandlerExit(
-                    f"task {claim.task!r} raised CancelledError without being cancelled"
-                ))
+                return None  # we stopped it: nothing to write
+            # The handler raised CancelledError of its own accord.
+            return self._failure(running, HandlerExit(
+                f"task {claim.task!r} raised CancelledError without being cancelled"
+            ))
         except JobTimeout as error:
-            outcome = self._failure(running, error, timed_out=True)
+            return self._failure(running, error, timed_out=True)
         except Exception as error:
-            outcome = self._failure(running, error)
+            return self._failure(running, error)
         except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit...
-            outcome = self._failure(running, HandlerExit(
+            return self._failure(running, HandlerExit(
                 f"task {claim.task!r} raised {type(error).__name__}"
                 f"{f'({error})' if str(error) else ''}: a handler cannot stop the worker"
             ))
-        finally:
-            if running.started is not None and outcome is not None:
-                outcome.run_time = self.held.now() - running.started
-            self.held.handler_ended(running, None if running.stopped else outcome)
-            if slot and not running.strayed:
-                self._slots.release()  # else the stray thread's return releases it
-        if running.lost:
-            self._notify("results_discarded", running)
-            if running.stop_reason != "fenced":
-                # Known lost (not merely out of reach): let go of the claim, which frees
-                # the key a cancelled job holds. A fenced claim may still be ours; its
-                # attempt stays counted and its lease runs out for the reaper.
-                self._on_dropped(running)
+
+    @staticmethod
+    def _thread_runs(running: Running) -> bool:
+        return running.thread is not None and not running.thread.done()
+
+    async def _outlive(self, running: Running, outcome: Outcome) -> Outcome:
+        """The attempt has ended (a timeout) but its sync handler's thread runs on. Its
+        job stays held, running with its lease extended, so neither the next job of its
+        key, nor its own retry, nor another job of a limited queue starts beside it; the
+        outcome is written once the thread returns. A thread that never returns holds
+        all that until the worker stops (docs/architecture.md)."""
+        assert running.thread is not None
+        claim, ended = running.claim, self.held.now()
+        how = "ran past its timeout" if outcome.timed_out else "ended its attempt"
+        logger.warning(
+            "job %s: the sync handler of task %r %s and still runs in its thread; the "
+            "job stays running, holding its key and its slot, until the thread returns "
+            "(or this worker stops)", claim.id, claim.task, how,
+        )
+        try:
+            await asyncio.wrap_future(running.thread)
+            after = "returned"
+        except asyncio.CancelledError:
+            if running.lost:
+                raise  # the claim is gone: nothing to write
+            # The worker stops and waits no longer. The outcome is written, not the job
+            # released: a release would give the attempt back, and a thread that never
+            # returns would have its job run again after every stop, for ever.
+            after = "still ran when the worker stopped"
+        except BaseException:
+            after = "returned"  # what the thread ended with: the attempt is judged already
+        late = self.held.now() - ended
+        logger.warning("job %s: the thread of task %r %s, %.3g s after its attempt ended",
+                       claim.id, claim.task, after, late)
+        if isinstance(outcome.error, BaseException):
+            outcome.error.args = (
+                f"{outcome.error}; its thread {after}, {late:.3g} s later",
+            )
+        return outcome
 
     async def _invoke(self, task: Task, running: Running) -> Any:
         positional = (running.context,) if task.pass_context else ()
@@ -140,16 +217,12 @@ class Executor:
         async def call_handler() -> Any:
             if task.is_async:
                 return await task.func(*positional, **args)
+            # The thread may outlive this call (a timeout, a lost claim): _execute
+            # waits for it or leaves it its slot.
             running.thread = self._threads.submit(
                 contextvars.copy_context().run, task.func, *positional, **args
             )
-            try:
-                return await asyncio.wrap_future(running.thread)
-            finally:
-                if not running.thread.done():
-                    # The handler's job is over (timeout, lost, released) but its thread
-                    # cannot be stopped, only asked to: it keeps its slot until it returns.
-                    self._thread_strays(running)
+            return await asyncio.wrap_future(running.thread)
 
         call = chain(self.middlewares, running.context, call_handler)
         if task.timeout is None:

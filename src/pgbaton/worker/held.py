@@ -51,7 +51,8 @@ class Running:
     handler: asyncio.Task[None] | None = None
     thread: concurrent.futures.Future[Any] | None = None
     started: float | None = None  # monotonic, when the handler started (None: waiting)
-    strayed: bool = False  # its sync handler's thread outlived the attempt
+    # Its sync handler's thread outlived the claim (lost, released): it keeps a slot.
+    strayed: bool = False
     lost: bool = False
     released: bool = False
     finished: bool = False
@@ -71,9 +72,11 @@ class HeldJobs:
     claim_ahead: int = 0
     by_token: dict[uuid.UUID, Running] = field(default_factory=dict)
     waiting: int = 0  # claimed, handler not started yet
+    # Handlers started, until their outcome is recorded; a sync handler past its
+    # timeout counts here until its thread returns (its job stays held meanwhile).
     executing: int = 0
-    # Sync handlers whose job is over (timed out, lost, released) but whose thread still
-    # runs: each keeps a slot, so no job is claimed that has no thread to run on.
+    # Sync handlers whose claim is gone (lost, released) but whose thread still runs:
+    # each keeps a slot, so no job is claimed that has no thread to run on.
     stray_threads: int = 0
     outcomes: list[Outcome] = field(default_factory=list)
     unwritten: int = 0  # outcomes recorded and not yet written (queued or in flight)
@@ -109,6 +112,12 @@ class HeldJobs:
             - self.executing - self.waiting - self.stray_threads,
             2 * self.concurrency + self.claim_ahead - len(self.by_token),
         )
+
+    def starting_now(self) -> int:
+        """How many jobs of a claim sent now start at once: the slots free beyond the
+        jobs already waiting for one (they take them first). The claim records the start
+        of these; the rest it takes ahead, to be started by the Starter."""
+        return max(0, self.concurrency - self.executing - self.waiting - self.stray_threads)
 
     def awaiting_write(self) -> list[uuid.UUID]:
         """The claim tokens of jobs whose handlers ended and whose outcomes wait to be

@@ -79,9 +79,13 @@ class Producer:
             try:
                 sent = self.held.now()
                 finished = self._finished()
+                # Only the jobs that start at once get their start recorded by the
+                # claim; those claimed ahead are started by the Starter when their turn
+                # comes, so a worker that dies leaves them never started.
                 batch = await self.queue.claim_batch(
                     self.worker_id, limit=free, lease=self.lease, queues=self.queues,
                     tasks=self.tasks, finished=finished,
+                    starting=self.held.starting_now(),
                 )
             except Exception as error:
                 if not is_transient(error):

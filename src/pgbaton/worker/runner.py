@@ -3,6 +3,7 @@
     Worker (this module)
       -> Producer    claims for free slots (producer.py)
       -> Executor    runs handlers (executor.py)
+      -> Starter     records the start of jobs claimed ahead (starter.py)
       -> Heartbeat   extends leases, fences itself when it cannot (heartbeat.py)
       -> Completer   writes outcomes in batches (completer.py)
       -> listen()    LISTEN wake-ups (listener.py)
@@ -45,6 +46,7 @@ from .held import HeldJobs, Outcome, Running
 from .listener import listen
 from .producer import Producer
 from .sessions import open_when_reachable
+from .starter import Starter
 from .supervisor import Supervisor
 from .watchdog import LoopWatchdog
 
@@ -79,11 +81,12 @@ class Worker:
         self.heartbeat = Heartbeat(
             self.queue, self.held, default_lease=self.config.lease, notify=self._notify
         )
+        self.starter = Starter(self.queue, self.held)
         self.executor = Executor(
             held=self.held, tasks=app.tasks, middlewares=app.middlewares,
             worker_id=self.worker_id, claim_lease=self.config.lease,
-            extend_one=self.heartbeat.extend_one, notify=self._notify,
-            on_dropped=self._let_go,
+            extend_one=self.heartbeat.extend_one, start_ahead=self.starter.start,
+            notify=self._notify, on_dropped=self._let_go,
         )
         self.producer = Producer(
             self.queue, self.held, worker_id=self.worker_id, lease=self.config.lease,
@@ -141,6 +144,7 @@ class Worker:
         self._notify("worker.started", None)
         start = self.supervisor.start
         start("completer", self.completer.run)
+        start("starter", self.starter.run)
         start("heartbeat", self.heartbeat.run)
         start("fence", self.heartbeat.fence)
         session_connect = sessions.connector(self.queue, f"pgbaton worker {self.worker_id}")

@@ -1,0 +1,88 @@
+"""Starts the jobs claimed ahead: just before such a job's handler runs, its start is
+recorded (job_start_many), in one statement for every job about to start at that
+moment, each row fenced by its token.
+
+A claim records the start only of the jobs that start at once; a job claimed ahead
+waits in the worker with no started_at. So the reaper can tell a job that never
+started (its worker died while it waited: the attempt is given back) from one that did
+(a job that kills its worker spends its attempts), and a job cancelled while it waited,
+or taken by another worker after its lease, is found out here and never starts.
+
+Requests queue up while a statement is in flight, so under load each carries many
+jobs. A start that fails for a passing reason is retried with backoff; meanwhile the
+job keeps its slot, and the heartbeat's fence stops it if its lease runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..queue_async import AsyncQueue
+from .held import HeldJobs, Running
+from .supervisor import is_transient
+
+logger = logging.getLogger("pgbaton.worker")
+
+RETRY_START_SECONDS = 0.05
+RETRY_MAX_SECONDS = 2.0
+
+
+class Starter:
+    def __init__(self, queue: AsyncQueue, held: HeldJobs) -> None:
+        self._queue = queue
+        self._held = held
+        self._requests: list[tuple[Running, asyncio.Future[bool]]] = []
+        self._ready = asyncio.Event()
+
+    async def start(self, running: Running) -> bool:
+        """Record the start of this job claimed ahead; False: it is no longer this
+        worker's to start (cancelled, or taken after its lease)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._requests.append((running, future))
+        self._ready.set()
+        return await future
+
+    async def run(self) -> None:
+        """Record starts until cancelled. An error that is not passing is raised with the
+        requests put back, for the supervisor to log and start this again."""
+        delay = RETRY_START_SECONDS
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while batch := self._take():
+                try:
+                    await self._write(batch)
+                except Exception as error:
+                    # Put back what is not answered yet (the groups written are).
+                    self._requests[:0] = [(r, f) for r, f in batch if not f.done()]
+                    self._ready.set()
+                    if not is_transient(error):
+                        raise
+                    logger.warning("recording the start of %d jobs failed (%s); retrying "
+                                   "in %.2f s", len(batch), error, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_SECONDS)
+                    continue
+                delay = RETRY_START_SECONDS
+
+    def _take(self) -> list[tuple[Running, asyncio.Future[bool]]]:
+        # A request whose job was stopped meanwhile (lost, fenced, the worker stopping)
+        # has been cancelled: nothing to start.
+        batch = [(running, future) for running, future in self._requests if not future.done()]
+        self._requests = []
+        return batch
+
+    async def _write(self, batch: list[tuple[Running, asyncio.Future[bool]]]) -> None:
+        by_lease: dict[float, list[tuple[Running, asyncio.Future[bool]]]] = {}
+        for request in batch:
+            by_lease.setdefault(request[0].lease, []).append(request)
+        for lease, group in by_lease.items():
+            sent = self._held.now()
+            started = await self._queue.start_many([r.claim for r, _ in group], lease=lease)
+            for (running, future), ok in zip(group, started, strict=True):
+                if ok:
+                    running.deadline = sent + lease
+                    running.needs_extend = False
+                if not future.done():
+                    future.set_result(ok)
