@@ -32,7 +32,7 @@ from typing import (
 )
 
 from . import _sql
-from ._checks import check_int4, check_lease, job_params
+from ._checks import check_int4, check_lease, check_name, job_params
 from .context import JobContext
 from .dependencies import Callback
 from .dsn import resolve_dsn, resolve_schema, with_application_name
@@ -495,6 +495,8 @@ class App:
                 filled.append(job)  # enqueue_many's own checks name what is wrong
                 continue
             args = job.get("args")
+            if "queue" in job:
+                check_name("queue", job["queue"])  # named before the args' own problems
             task.check_args(args)
             options = {name: value for name, value in job.items()
                        if name not in ("task", "args")}
