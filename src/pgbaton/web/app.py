@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     PlainTextResponse,
@@ -37,7 +38,6 @@ from starlette.responses import (
     Response,
     StreamingResponse,
 )
-from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -560,7 +560,7 @@ class Gate:
                 logger.warning("dashboard: refused a %s of %s: %s", request.method,
                                request.url.path, why)
                 return board.refuse_before_routing(
-                    request, 403, f"refused: {why}; nothing was changed")
+                    request, 403, f"a cross-origin request is refused: {why}; nothing was changed")
         length = request.headers.get("content-length", "")
         if length.isascii() and length.isdigit() and int(length) > MAX_BODY:
             return board.refuse_before_routing(request, 413, _too_large())

@@ -221,7 +221,7 @@ def split_host(value: str) -> tuple[str, int | None]:
     in the name, which then matches nothing."""
     value = value.strip().lower()
     name, colon, port = value.rpartition(":")
-    if not colon or name.count(":") and not name.endswith("]"):
+    if not colon or (":" in name and not name.endswith("]")):
         return value, None  # no port, or a bare IPv6 address (never a valid Host)
     if port.isascii() and port.isdigit() and len(port) <= 5:
         return name, int(port)
