@@ -19,6 +19,13 @@ from pgbaton.web import create_app
 HOSTILE = '<script>alert("owned")</script><img src=x onerror=alert(1)>'
 
 
+@pytest.fixture(autouse=True)
+def _testclient_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starlette's TestClient sends Host: testserver, a name the dashboard answers only
+    when told to (tests of the Host rule send other names)."""
+    monkeypatch.setenv("PGBATON_DASHBOARD_ALLOWED_HOSTS", "testserver")
+
+
 @dataclass
 class Jobs:
     """One job in each state, by name, plus a scheduled one and a keyed pair."""
@@ -68,11 +75,14 @@ def client(dsn: str, schema: str, queue: pgbaton.Queue,
         yield test_client
 
 
-def csrf_token(client: TestClient, path: str = "/jobs") -> str:
-    """The CSRF token a page hands the browser (cookie and form field alike)."""
-    page = client.get(path, headers={"Accept": "text/html"})
+def csrf_token(client: TestClient, path: str = "/jobs", **headers: str) -> str:
+    """The CSRF token a page hands this client's session (its forms and its head)."""
+    page = client.get(path, headers={"Accept": "text/html", **headers})
     assert page.status_code == 200
-    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-    token = match[1] if match else client.cookies.get("pgbaton_csrf")
-    assert token
-    return token
+    return token_in(page.text)
+
+
+def token_in(html: str) -> str:
+    match = re.search(r'<meta name="pgbaton-csrf" content="([^"]+)">', html)
+    assert match, html[:300]
+    return match[1]

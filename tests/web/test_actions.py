@@ -71,11 +71,13 @@ def test_an_action_the_state_forbids_is_a_409_and_changes_nothing(
 
 def test_an_action_without_the_csrf_token_is_refused(
         client: TestClient, jobs: Jobs, db: psycopg.Connection[DictRow]) -> None:
-    """No token, a wrong one, or a forged cookie: 403, nothing written."""
+    """No token, a wrong one, or a forged session cookie: 403, nothing written."""
     real = csrf_token(client)
-    for form, cookie in (({}, real), ({"csrf_token": "nope"}, real),
-                         ({"csrf_token": "abc.def"}, "abc.def")):
-        client.cookies.set("pgbaton_csrf", cookie)
+    session = client.cookies["pgbaton_session"]
+    for form, cookie in (({}, session), ({"csrf_token": "nope"}, session),
+                         ({"csrf_token": real}, "x" * 43), ({"csrf_token": real}, "")):
+        client.cookies.clear()  # the jar would send the real one beside it
+        client.cookies.set("pgbaton_session", cookie)
         answer = client.post(f"/jobs/{jobs.failed}/retry", data=form)
         assert answer.status_code == 403 and "CSRF" in answer.text
     assert status_of(db, jobs.failed) == "failed"
@@ -97,13 +99,13 @@ def test_token_and_basic_auth(dsn: str, schema: str, jobs: Jobs,
                               db: psycopg.Connection[DictRow]) -> None:
     """Without credentials: 401 with a challenge; the bearer token may act without a
     CSRF token (browsers never send it by themselves); basic auth may not."""
-    dashboard = create_app(dsn, schema=schema, token="s3cret-token",
+    dashboard = create_app(dsn, schema=schema, token="s3cret-token-of-20ch",
                            basic_auth=("ops", "hunter2"))
     with TestClient(dashboard) as client:
         refused = client.get("/jobs")
         assert refused.status_code == 401 and "Basic" in refused.headers["www-authenticate"]
         assert client.get("/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
-        bearer = {"Authorization": "Bearer s3cret-token"}
+        bearer = {"Authorization": "Bearer s3cret-token-of-20ch"}
         assert client.post(f"/jobs/{jobs.failed}/retry", headers=bearer,
                            follow_redirects=False).status_code == 303
         assert status_of(db, jobs.failed) == "pending"
@@ -134,10 +136,7 @@ def test_a_resolver_decides_access(dsn: str, schema: str, jobs: Jobs) -> None:
 
 
 def csrf_token_as(client: TestClient, user: str) -> str:
-    client.get("/jobs", headers={"x-user": user})
-    token = client.cookies.get("pgbaton_csrf")
-    assert token
-    return token
+    return csrf_token(client, **{"x-user": user})
 
 
 def test_the_dashboard_mounts_under_a_prefix(dsn: str, schema: str, jobs: Jobs) -> None:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -46,13 +47,60 @@ def test_a_non_local_bind_without_auth_is_refused(dsn: str, schema: str) -> None
     ]
 
 
+@pytest.mark.parametrize("token", [" ", "short-token", "sixteen chars ok", "tab\there-is-long",
+                                   "caf\u00e9-caf\u00e9-caf\u00e9-caf\u00e9"])
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_a_weak_token_is_refused_at_start(dsn: str, schema: str, host: str,
+                                          token: str) -> None:
+    """Blank, short, with whitespace, not ASCII: one line naming the rule, exit 1, on
+    any address (a weak token is no authentication, and it would unlock 0.0.0.0)."""
+    answer = pgbaton_cli("dashboard", "--host", host, "--schema", schema, dsn=dsn,
+                         PGBATON_DASHBOARD_TOKEN=token)
+    assert answer.returncode == 1, answer.stderr
+    (line,) = answer.stderr.strip().splitlines()
+    assert line.startswith("pgbaton: error: the dashboard token (PGBATON_DASHBOARD_TOKEN) "
+                           "is weak: it "), line
+    assert "a token must be at least 16 characters, printable ASCII, no whitespace" in line
+
+
+def test_the_token_rule() -> None:
+    """16 printable ASCII characters pass the rule (and the bind rule); 15 do not."""
+    from pgbaton.web.security import Guard, check_bind
+
+    check_bind("0.0.0.0", Guard(token="x" * 16))
+    check_bind("0.0.0.0", Guard(token="!~" * 8))
+    for weak in ("x" * 15, "x" * 15 + " ", "\x00" * 16, "x" * 15 + "\u00ff", ""):
+        with pytest.raises(ValueError, match="is weak"):
+            Guard(token=weak)
+
+
+def test_a_bad_allowed_host_is_refused_at_start(dsn: str, schema: str) -> None:
+    answer = pgbaton_cli("dashboard", "--allowed-host", "https://dash.example.com/",
+                         "--schema", schema, dsn=dsn)
+    assert answer.returncode == 1
+    assert "allowed host 'https://dash.example.com/' is not a host name" in answer.stderr
+
+
+def get(url: str, host: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
 def test_the_dashboard_command_serves(dsn: str, schema: str, queue: pgbaton.Queue) -> None:
-    """`pgbaton dashboard --port N` answers /healthz and the job page; stopped by pid."""
+    """`pgbaton dashboard --port N` answers /healthz and the job page; stopped by pid.
+    It answers the Host names of --allowed-host and of the environment's list, and
+    refuses others."""
     queue.enqueue("hello", {"who": "world"})
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "pgbaton", "dashboard", "--port", str(port),
-         "--schema", schema], env=environment(dsn), cwd=ROOT,
+         "--schema", schema, "--allowed-host", "dash.example.com",
+         "--allowed-host", "*.corp.example"],
+        env=environment(dsn, PGBATON_DASHBOARD_ALLOWED_HOSTS="jobs.example.org"), cwd=ROOT,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
@@ -68,6 +116,12 @@ def test_the_dashboard_command_serves(dsn: str, schema: str, queue: pgbaton.Queu
                 time.sleep(0.2)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/jobs", timeout=10) as page:
             assert "hello" in page.read().decode()
+        base = f"http://127.0.0.1:{port}"
+        for host in ("dash.example.com", "x.corp.example:8000", "jobs.example.org",
+                     f"localhost:{port}"):
+            assert get(f"{base}/healthz", host) == (200, b"ok\n"), host
+        status, body = get(f"{base}/healthz", "evil.example")
+        assert status == 400 and b"--allowed-host" in body
     finally:
         process.terminate()
         process.wait(30)

@@ -3,6 +3,8 @@ never a 500, and nothing is written."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import psycopg
 import pytest
 from psycopg.rows import DictRow
@@ -81,12 +83,24 @@ def test_hostile_posts(client: TestClient, jobs: Jobs,
 
 def test_an_oversized_form_is_refused(client: TestClient, jobs: Jobs,
                                       db: psycopg.Connection[DictRow]) -> None:
-    """A 5 MB field or 5,000 fields: 400 saying which limit, nothing written."""
+    """A 5 MB body, with its length or streamed without one: 413 saying the limit;
+    5,000 small fields: 400 saying which limit; nothing written."""
     token = csrf_token(client)
     before = db.execute(SNAPSHOT).fetchone()
-    for form, words in (({"pad": "x" * 5_000_000}, "Field exceeded maximum size of 1024KB"),
-                        ({f"f{n}": "1" for n in range(5_000)}, "Too many fields")):
-        answer = client.post(f"/jobs/{jobs.pending}/priority",
-                             data={"csrf_token": token, "priority": "1", **form})
-        assert answer.status_code == 400 and words in answer.text, answer.text[:300]
+    path = f"/jobs/{jobs.pending}/priority"
+    answer = client.post(path, data={"csrf_token": token, "priority": "1",
+                                     "pad": "x" * 5_000_000})
+    assert answer.status_code == 413 and "larger than 64 KiB" in answer.text, answer.text
+
+    def streamed() -> Iterator[bytes]:
+        yield f"csrf_token={token}&priority=1&pad=".encode()
+        for _ in range(100):
+            yield b"x" * 50_000
+
+    answer = client.post(path, content=streamed(),
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 413 and "larger than 64 KiB" in answer.text, answer.text
+    answer = client.post(path, data={"csrf_token": token, "priority": "1",
+                                     **{f"f{n}": "1" for n in range(5_000)}})
+    assert answer.status_code == 400 and "Too many fields" in answer.text, answer.text[:300]
     assert db.execute(SNAPSHOT).fetchone() == before

@@ -19,7 +19,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
     PlainTextResponse,
@@ -40,6 +41,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import _database, _sql
 from .._checks import check_job_id
@@ -49,13 +51,22 @@ from ..doctor.checks import run_checks
 from ..doctor.findings import Thresholds, age, overall
 from ..doctor.inspection import Inspection
 from ..dsn import resolve_dsn
-from ..errors import InvalidArgument
+from ..errors import ConnectionFailed, InvalidArgument
 from ..job_filter import JobFilter
 from ..metrics import QueueCollector
 from ..queue_async import AsyncQueue
 from . import charts, params
 from .live import LiveHub, sse
-from .security import CSRF_COOKIE, CSRF_FIELD, Decision, Guard, Resolver
+from .security import (
+    CSRF_FIELD,
+    SAFE_METHODS,
+    SESSION_COOKIE,
+    Decision,
+    Guard,
+    Hosts,
+    Resolver,
+    cross_origin,
+)
 from .store import Store
 
 logger = logging.getLogger("pgbaton.web")
@@ -75,15 +86,52 @@ REFUSALS = {
     "set_priority": "only a pending job's priority can be changed",
 }
 Handler = Callable[[Request], Awaitable[Response]]
+# Larger than any form of the dashboard by far; a body beyond it is refused unread.
+MAX_BODY = 64 * 1024
+
+
+class PayloadTooLarge(Exception):
+    """A request body beyond MAX_BODY."""
+
+
+def _slow(_: Exception) -> str:
+    return "the database took too long to answer this page: narrow the filter"
+
+
+def _down(_: Exception) -> str:
+    return "the database cannot be reached just now"
+
+
+# Every refusal any route can meet, and its status. The most specific class wins (a
+# QueryCanceled is an OperationalError): an exception not here is a bug, and a 500.
+ERRORS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
+    params.BadInput: (400, str),
+    InvalidArgument: (400, str),
+    PayloadTooLarge: (413, str),
+    psycopg.errors.QueryCanceled: (503, _slow),
+    psycopg.OperationalError: (503, _down),
+    ConnectionFailed: (503, _down),
+    OSError: (503, _down),
+}
+
+
+def refusal_of(error: Exception) -> tuple[int, str]:
+    for cls in type(error).__mro__:
+        if cls in ERRORS:
+            status, describe = ERRORS[cls]
+            return status, describe(error)
+    raise error
 
 
 class Dashboard:
     """The state behind the routes: the store, the queue for actions, the guard."""
 
-    def __init__(self, dsn: str, schema: str, guard: Guard, app: App | None) -> None:
+    def __init__(self, dsn: str, schema: str, guard: Guard, app: App | None,
+                 hosts: Hosts) -> None:
         self.schema = _sql.check_schema_name(schema)
         self.dsn = dsn
         self.guard = guard
+        self.hosts = hosts
         self.pgbaton_app = app
         self.store = Store(dsn, self.schema)
         self.queue = AsyncQueue(dsn, schema=self.schema)
@@ -109,22 +157,24 @@ class Dashboard:
     def page(
         self, request: Request, template: str, context: dict[str, Any], status: int = 200
     ) -> Response:
-        decision: Decision = request.state.decision
-        token = request.cookies.get(CSRF_COOKIE)
-        fresh = not self.guard.valid_csrf_token(token)
-        if fresh:
-            token = self.guard.new_csrf_token()
+        decision: Decision = getattr(request.state, "decision", None) or Decision(
+            "read-only", "anonymous")
+        session = request.cookies.get(SESSION_COOKIE)
+        fresh = not self.guard.valid_session(session)
+        if fresh or session is None:
+            session = self.guard.new_session()
         base = request.scope.get("root_path", "")
         response: Response = self.templates.TemplateResponse(
             request, template,
-            {**context, "base": base, "csrf_field": CSRF_FIELD, "csrf_token": token,
+            {**context, "base": base, "csrf_field": CSRF_FIELD,
+             "csrf_token": self.guard.csrf_token(session),
              "can_act": decision.access == "full", "who": decision.who,
              "read_only": self.guard.read_only},
             status_code=status,
         )
         if fresh:
-            response.set_cookie(CSRF_COOKIE, token or "", httponly=True, samesite="strict",
-                                path=base or "/")
+            response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict",
+                                secure=request.url.scheme == "https", path=base or "/")
         return response
 
     def error(self, request: Request, status: int, message: str) -> Response:
@@ -132,6 +182,25 @@ class Dashboard:
             return PlainTextResponse(f"{status}: {message}\n", status_code=status)
         return self.page(request, "error.html", {"status": status, "message": message},
                          status)
+
+    def refuse_before_routing(self, request: Request, status: int, message: str) -> Response:
+        """A refusal of the gate: no session, no CSRF token, nothing a page of another
+        origin could use."""
+        if "text/html" not in request.headers.get("accept", ""):
+            return PlainTextResponse(f"{status}: {message}\n", status_code=status)
+        return self.templates.TemplateResponse(
+            request, "error.html",
+            {"status": status, "message": message,
+             "base": request.scope.get("root_path", ""), "can_act": False, "who": ""},
+            status_code=status,
+        )
+
+    async def refused(self, request: Request, error: Exception) -> Response:
+        """The answer of every route to an exception of ERRORS."""
+        status, message = refusal_of(error)
+        if status == 503:
+            logger.warning("dashboard: %s: %s", message, error)
+        return self.error(request, status, message)
 
     async def render_overview_panel(self) -> str:
         overview = await self.store.overview()
@@ -164,22 +233,13 @@ class Dashboard:
 
     def guarded(self, handler: Handler, *, acts: bool = False) -> Handler:
         """handler behind the guard: access decided, actions checked for their CSRF
-        token, and bad input or a slow or absent database answered with a 4xx or 503."""
+        token; what it raises is answered by the table ERRORS."""
 
         async def endpoint(request: Request) -> Response:
             refusal = await self._refusal(request, acts)
             if refusal is not None:
                 return refusal
-            try:
-                return await handler(request)
-            except params.BadInput as error:
-                return self.error(request, 400, str(error))
-            except psycopg.errors.QueryCanceled:
-                return self.error(request, 503, "the database took too long to answer "
-                                  "this page: narrow the filter")
-            except (psycopg.OperationalError, OSError) as error:
-                logger.warning("dashboard: database unreachable: %s", error)
-                return self.error(request, 503, "the database cannot be reached just now")
+            return await handler(request)
 
         return endpoint
 
@@ -201,7 +261,8 @@ class Dashboard:
         form = await request.form()
         submitted = form.get(CSRF_FIELD)
         if decision.needs_csrf and not self.guard.csrf_ok(
-            request.cookies.get(CSRF_COOKIE), submitted if isinstance(submitted, str) else None
+            request.cookies.get(SESSION_COOKIE),
+            submitted if isinstance(submitted, str) else None,
         ):
             return self.error(request, 403, "missing or wrong CSRF token: reload the page "
                               "and try again; nothing was changed")
@@ -396,6 +457,8 @@ def create_app(
     read_only: bool = False,
     token: str | None = None,
     basic_auth: tuple[str, str] | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+    bound_host: str | None = None,
 ) -> Starlette:
     """The dashboard of one pgbaton schema, as an ASGI app to serve or mount.
 
@@ -403,6 +466,11 @@ def create_app(
     app that knows its users; else token / basic_auth (default: from the environment,
     pgbaton.web.security); else full access for whoever reaches it. app=, a pgbaton.App,
     lets the periodic page show its schedules.
+
+    Host headers answered (any other is a 400 that says how to allow it): localhost,
+    127.0.0.1 and [::1] on any port, bound_host (the address served on), and
+    allowed_hosts (default: PGBATON_DASHBOARD_ALLOWED_HOSTS, a comma list); "*" allows
+    any, for an app whose own middleware already checks the Host.
     """
     if app is not None and dsn is None:
         dsn = app.dsn
@@ -412,7 +480,11 @@ def create_app(
     else:
         guard = Guard(token=token, basic_auth=basic_auth, resolver=resolver,
                       read_only=read_only)
-    board = Dashboard(resolve_dsn(dsn), schema, guard, app)
+    if allowed_hosts is None:
+        hosts = Hosts.from_environment(bound=bound_host)
+    else:
+        hosts = Hosts(allowed_hosts, bound=bound_host)
+    board = Dashboard(resolve_dsn(dsn), schema, guard, app, hosts)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -441,13 +513,79 @@ def create_app(
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        request.state.decision = Decision("read-only", "anonymous")
         message = {404: "there is no such page", 405: "this URL does not take that method"}
         return board.error(request, exc.status_code,
                            message.get(exc.status_code, exc.detail or "bad request"))
 
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error})
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        cls: board.refused for cls in ERRORS}
+    handlers[HTTPException] = http_error
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                     middleware=[Middleware(Gate, board=board)])
+
+
+class Gate:
+    """Before any route (pages, /metrics, /healthz, static files): a Host the dashboard
+    answers to, an unsafe method sent from its own origin, a body no larger than
+    MAX_BODY. A request with the bearer token is a script's: no origin to check."""
+
+    def __init__(self, app: ASGIApp, board: Dashboard) -> None:
+        self.app = app
+        self.board = board
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refusal = self.refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, _limited(receive), send)
+
+    def refusal(self, request: Request) -> Response | None:
+        board = self.board
+        host = request.headers.get("host")
+        if not board.hosts.allows(host):
+            return board.refuse_before_routing(request, 400, (
+                f"this dashboard does not answer to the host {host!r}: a name it was not "
+                "told of may be a web page's DNS rebinding attack. It answers to "
+                f"{board.hosts.described()}. To allow a name: pgbaton dashboard "
+                "--allowed-host NAME (repeatable), PGBATON_DASHBOARD_ALLOWED_HOSTS=NAME,"
+                "NAME, or create_app(allowed_hosts=[...])"))
+        if request.method not in SAFE_METHODS and not board.guard.bearer(request):
+            why = cross_origin(request)
+            if why is not None:
+                logger.warning("dashboard: refused a %s of %s: %s", request.method,
+                               request.url.path, why)
+                return board.refuse_before_routing(
+                    request, 403, f"a cross-origin request is refused: {why}; nothing was changed")
+        length = request.headers.get("content-length", "")
+        if length.isascii() and length.isdigit() and int(length) > MAX_BODY:
+            return board.refuse_before_routing(request, 413, _too_large())
+        return None
+
+
+def _too_large() -> str:
+    return (f"the request body is larger than {MAX_BODY // 1024} KiB, more than any form "
+            "of the dashboard sends; nothing was changed")
+
+
+def _limited(receive: Receive) -> Receive:
+    """receive, raising PayloadTooLarge past MAX_BODY (a body sent without a length)."""
+    seen = 0
+
+    async def limited() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY:
+                raise PayloadTooLarge(_too_large())
+        return message
+
+    return limited
 
 
 def _job_id(request: Request) -> int:

@@ -42,22 +42,28 @@ def _load_app(spec: str) -> Any:
 @click.option("--app", "app_spec", default=None, metavar="MODULE:APP",
               help="Your pgbaton.App, to show its periodic schedules.")
 @click.option("--read-only", is_flag=True, help="Show everything, change nothing.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A Host name it answers besides localhost and the bound address "
+                   "(NAME, NAME:PORT, *.DOMAIN; repeatable; also "
+                   "PGBATON_DASHBOARD_ALLOWED_HOSTS, a comma list).")
 @dsn_option
 @schema_option
 def dashboard(*, host: str, port: int, app_spec: str | None, read_only: bool,
-              dsn: str | None, schema: str) -> None:
+              allowed_hosts: tuple[str, ...], dsn: str | None, schema: str) -> None:
     """Serve the web dashboard (http://127.0.0.1:8000 by default)."""
     _need_web_extra()
     import uvicorn
 
     from .app import create_app
-    from .security import Guard, check_bind
+    from .security import Guard, Hosts, check_bind
 
     check_bind(host, Guard.from_environment(read_only=read_only))
+    hosts = Hosts.from_environment(allowed_hosts, bound=host)
     pgbaton_app = _load_app(app_spec) if app_spec else None
     dsn = resolve_dsn(dsn, fallback=pgbaton_app._dsn if pgbaton_app else None)
     asgi = create_app(dsn, schema=pgbaton_app.schema if pgbaton_app else schema,
-                      app=pgbaton_app, read_only=read_only)
+                      app=pgbaton_app, read_only=read_only, allowed_hosts=hosts.given,
+                      bound_host=host)
     click.echo(f"pgbaton dashboard on http://{host}:{port}/", err=True)
     uvicorn.run(asgi, host=host, port=port, log_level="warning")
 
