@@ -131,7 +131,8 @@ LIMIT 1;
 -- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs, none cancelled (or retried since)
--- is still held by its old handler, and none older is pending. With tasks given, only
+-- is still held by its old handler, and none older is pending or waiting for its
+-- parents (docs/guarantees.md, "Per-key order"). With tasks given, only
 -- jobs of those tasks are candidates (a worker claims what it can run): jobs of other
 -- tasks at the head of the index are stepped over, one index entry each.
 -- Two arms, of which the CASE runs one: without queues, the head of jobs_claimable (the
@@ -174,9 +175,10 @@ WITH candidate AS (
                     SELECT q.name FROM __schema__.queues AS q
                     WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
                        OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-              -- Three probes, one per index, so each costs one index lookup whatever the
+              -- Four probes, one per index, so each costs one index lookup whatever the
               -- number of running jobs: the key's running job, a job of the key cancelled
-              -- while its handler ran and not yet let go, then an older pending job.
+              -- while its handler ran and not yet let go, an older pending job (due or
+              -- not), then an older job waiting for its parents (migration 10).
               AND (c.key IS NULL OR (
                     NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS running
@@ -191,7 +193,12 @@ WITH candidate AS (
                     AND NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS older
                         WHERE older.key = c.key AND older.status = 'pending'
-                          AND older.id < c.id)))
+                          AND older.id < c.id)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS parked
+                        WHERE parked.key = c.key AND parked.status = 'waiting'
+                          AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+                          AND parked.id < c.id)))
             ORDER BY c.priority DESC, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
@@ -229,7 +236,12 @@ WITH candidate AS (
                         AND NOT EXISTS (
                             SELECT 1 FROM __schema__.jobs AS older
                             WHERE older.key = c.key AND older.status = 'pending'
-                              AND older.id < c.id)))
+                              AND older.id < c.id)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS parked
+                            WHERE parked.key = c.key AND parked.status = 'waiting'
+                              AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+                              AND parked.id < c.id)))
                 ORDER BY c.queue, c.priority DESC, c.run_at, c.id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED

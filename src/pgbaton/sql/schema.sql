@@ -79,6 +79,12 @@ CREATE INDEX jobs_key_unfinished ON __schema__.jobs (key, id)
 CREATE UNIQUE INDEX jobs_one_running_per_key ON __schema__.jobs (key)
     WHERE key IS NOT NULL AND status = 'running';
 
+-- ... and an older job of the key that waits for its parents (`after=`) holds back the
+-- newer ones, as an older pending job does (migration 10). Only waiting keyed jobs
+-- enter it.
+CREATE INDEX jobs_key_waiting ON __schema__.jobs (key, id)
+    WHERE key IS NOT NULL AND status = 'waiting';
+
 -- ... and a job cancelled (and perhaps retried) while its handler ran keeps its key held
 -- (the claim's third probe) until that holder releases it or its lease runs out.
 CREATE INDEX jobs_key_held_after_cancel ON __schema__.jobs (key)
@@ -317,7 +323,7 @@ BEGIN
               AND c.status = 'pending'
               AND c.run_at <= clock
               AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
-              -- The three per-key probes of job_claim_many.
+              -- The four per-key probes of job_claim_many.
               AND (c.key IS NULL OR (
                     NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS running
@@ -331,7 +337,12 @@ BEGIN
                     AND NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS older
                         WHERE older.key = c.key AND older.status = 'pending'
-                          AND older.id < c.id)))
+                          AND older.id < c.id)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS parked
+                        WHERE parked.key = c.key AND parked.status = 'waiting'
+                          AND parked.key IS NOT NULL
+                          AND parked.id < c.id)))
               -- A job of a limit key whose own limits are reached waits (and is read
               -- past: per-key limits do not have the queue limits' index shortcut).
               AND (c.limit_key IS NULL OR a.key_concurrency IS NULL OR (
