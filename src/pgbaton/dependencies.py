@@ -161,6 +161,10 @@ class Plan:
             "waiting_for": waiting_for,
             "has_dependents": has_dependents,
             "edges": to_json(edges, "the jobs' dependencies"),
+            # Ids are drawn in this order, so a job's id is above its parents' even when
+            # the call lists it first: per-key order may then hold a key for an older
+            # waiting job without ever holding back that job's own parent.
+            "order": [position + 1 for position in self.order()],
         }
 
     def order(self) -> list[int]:

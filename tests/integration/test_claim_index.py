@@ -82,11 +82,18 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
-def _candidate_scan(plan: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The node that reads jobs for the candidates, and every node from the candidates'
-    LIMIT down (the CTE gathers the picked ids into one array above it)."""
+def _candidate_scan(
+    plan: dict[str, Any], index: str = "jobs_claimable"
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The node that reads jobs for the candidates through `index`, and every node from
+    the LIMIT of the claim's arm that reads it down (the arm gathers the picked ids into
+    one array above it; jobs_claimable: all queues, jobs_queue_claimable: the queues
+    given, whose heads are merged under a LIMIT of their own)."""
     [cte] = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidate"]
-    limit = next(n for n in _nodes(cte) if n["Node Type"] == "Limit")
+    limits = [n for n in _nodes(cte) if n["Node Type"] == "Limit"
+              and any(m.get("Index Name") == index for m in _nodes(n))]
+    # The innermost such LIMIT: the one right above the scan.
+    limit = limits[-1]
     # Left out: the InitPlan that reads the small queues table once per claim (the
     # paused and limited queues the plain claim leaves to job_claim_flow).
     cte_nodes = [
@@ -103,11 +110,13 @@ def _candidate_scan(plan: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str
     return node, cte_nodes
 
 
-def _assert_served_by_jobs_claimable(plan: dict[str, Any]) -> dict[str, Any]:
-    scan, cte_nodes = _candidate_scan(plan)
+def _assert_served_by_jobs_claimable(
+    plan: dict[str, Any], index: str = "jobs_claimable"
+) -> dict[str, Any]:
+    scan, cte_nodes = _candidate_scan(plan, index)
     assert scan["Relation Name"] == "jobs"
     assert scan["Node Type"] == "Index Scan", scan
-    assert scan["Index Name"] == "jobs_claimable", scan
+    assert scan["Index Name"] == index, scan
     assert scan["Scan Direction"] == "Forward"
     # The index hands rows over in claim order, so nothing above the scan sorts them.
     assert [n["Node Type"] for n in cte_nodes][:2] == ["Limit", "LockRows"]
@@ -126,7 +135,6 @@ def _assert_served_by_jobs_claimable(plan: dict[str, Any]) -> dict[str, Any]:
     [
         (1, None, None),
         (10, None, None),
-        (10, ["default", "mail"], None),
         (10, None, ["send_email", "resize_image"]),
     ],
 )
@@ -143,6 +151,20 @@ def test_claim_plan_reads_the_head_of_jobs_claimable(big, limit, queues, tasks):
         prepare=False,
     ).fetchall()
     _assert_served_by_jobs_claimable(row["QUERY PLAN"][0]["Plan"])
+
+
+def test_claim_plan_of_named_queues_reads_the_head_of_jobs_queue_claimable(big):
+    """With queues given, each named queue's head is read from jobs_queue_claimable, in
+    claim order, with no table scan and no sort below the merge
+    (tests/integration/test_claim_named_queues.py: also under the generic plan)."""
+    schema, conn = big
+    query = _sql.queries(schema)["job_claim_many"]
+    [row] = conn.execute(
+        "EXPLAIN (FORMAT JSON) " + query,  # type: ignore[operator]
+        _claim_params(10, ["default", "mail"]),
+        prepare=False,
+    ).fetchall()
+    _assert_served_by_jobs_claimable(row["QUERY PLAN"][0]["Plan"], "jobs_queue_claimable")
 
 
 def test_generic_plan_of_the_prepared_claim_also_reads_jobs_claimable(big, server_dsn):

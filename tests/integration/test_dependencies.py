@@ -510,3 +510,82 @@ def test_the_enqueue_hook_wraps_enqueues_with_parents_and_batches(queue, db):
     assert sent == [[child], ids]
     rows = db.execute("SELECT meta FROM jobs WHERE id = ANY(%s)", ([child, *ids],)).fetchall()
     assert [row["meta"] for row in rows] == [{"traceparent": "00-abc-def-01"}] * 3
+
+
+CASCADE_CHILDREN = 20_000
+CASCADE_CHAINS = 20
+CASCADE_DEPTH = 6
+
+
+@pytest.mark.parametrize("planner", ["as_is", "no_hash_or_merge_joins", "stale_statistics"])
+def test_cancelling_a_parent_of_many_reads_each_descendant_about_once(
+    queue, db, schema, planner
+):
+    """A parent with 20,000 waiting children, chains six deep below some of them, a
+    job below two doomed parents, and children that run after a failure: its cancel
+    cancels every descendant that cannot run any more (naming the parent it waited
+    for), releases those that may run anyway, and reads each edge and each job a
+    bounded number of times, counted in the transaction's own table statistics. Under
+    the planner as it is, with hash and merge joins priced out, and with statistics
+    taken when no job waited (so that `waiting` looks rare): the cascade is walked from
+    what it has found, never as a join over every waiting job."""
+    parent = queue.enqueue("parent")
+    if planner == "stale_statistics":
+        db.execute("ANALYZE jobs")
+        db.execute("ANALYZE job_dependencies")
+    jobs: list[dict[str, Any]] = [
+        {"task": "child", "label": f"c{n}", "after": [parent]} for n in range(CASCADE_CHILDREN)
+    ]
+    for chain in range(CASCADE_CHAINS):
+        above = f"c{chain}"
+        for depth in range(CASCADE_DEPTH):
+            jobs.append({"task": "link", "label": f"l{chain}_{depth}", "after": [above]})
+            above = f"l{chain}_{depth}"
+        jobs.append({"task": "anyway", "label": f"a{chain}", "after": [f"c{chain}"],
+                     "after_failure": "run"})
+    jobs.append({"task": "below_two", "after": ["l1_0", "l0_0"]})
+    ids = dict(zip([j.get("label", "below_two") for j in jobs],
+                   queue.enqueue_many(jobs), strict=True))
+    doomed = CASCADE_CHILDREN + CASCADE_CHAINS * CASCADE_DEPTH + 1
+    edges = CASCADE_CHILDREN + CASCADE_CHAINS * (CASCADE_DEPTH + 1) + 2
+
+    cancel = _sql.queries(schema)["job_cancel"]
+    with db.transaction():
+        if planner == "no_hash_or_merge_joins":
+            db.execute("SET LOCAL enable_hashjoin = off")
+            db.execute("SET LOCAL enable_mergejoin = off")
+        # Before the fix, a cancel this size ran for minutes: fail instead of hanging.
+        db.execute("SET LOCAL statement_timeout = '300s'")
+        assert db.execute(cancel, {"id": parent}).fetchall() == [{"id": parent}]  # type: ignore[arg-type]
+        reads = {
+            row["relname"]: row for row in db.execute(
+                "SELECT relname, seq_tup_read, idx_tup_fetch FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = %s AND relname IN ('jobs', 'job_dependencies')",
+                (schema,),
+            )
+        }
+
+    rows = db.execute(
+        "SELECT task, status, count(*) AS n FROM jobs GROUP BY task, status"
+        " ORDER BY task, status"
+    ).fetchall()
+    assert rows == [
+        {"task": "anyway", "status": "pending", "n": CASCADE_CHAINS},
+        {"task": "below_two", "status": "cancelled", "n": 1},
+        {"task": "child", "status": "cancelled", "n": CASCADE_CHILDREN},
+        {"task": "link", "status": "cancelled", "n": CASCADE_CHAINS * CASCADE_DEPTH},
+        {"task": "parent", "status": "cancelled", "n": 1},
+    ]
+    [error] = queue.get(ids["l3_5"]).errors  # type: ignore[union-attr]
+    assert error["parent_id"] == ids["l3_4"] and "ended cancelled" in error["message"]
+    [error] = queue.get(ids["c7"]).errors  # type: ignore[union-attr]
+    assert error["parent_id"] == parent
+    [error] = queue.get(ids["below_two"]).errors  # type: ignore[union-attr]
+    assert error["parent_id"] == min(ids["l0_0"], ids["l1_0"])
+    # Each job is read a few times (found, cancelled, its own trigger's look for
+    # children); a join over the waiting jobs reads them again at every step.
+    job_reads = reads["jobs"]["seq_tup_read"] + reads["jobs"]["idx_tup_fetch"]
+    edge_reads = (reads["job_dependencies"]["seq_tup_read"]
+                  + reads["job_dependencies"]["idx_tup_fetch"])
+    assert job_reads <= 4 * doomed, reads
+    assert edge_reads <= 4 * edges, reads

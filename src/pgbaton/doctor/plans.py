@@ -50,7 +50,11 @@ def judge_plan(plan: dict[str, Any]) -> PlanVerdict:
     ctes = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidate"]
     cte_nodes = list(_nodes(ctes[0])) if ctes else []
     uses_index = any(n.get("Index Name") == CLAIM_INDEX for n in cte_nodes)
-    sorts = any(n["Node Type"] in ("Sort", "Incremental Sort") for n in cte_nodes)
+    # Only a sort above the index's scan undoes its order: the claim of named queues (an
+    # arm of its own, which this plan of all queues does not run) merges theirs.
+    sorts = any(n["Node Type"] in ("Sort", "Incremental Sort")
+                and any(m.get("Index Name") == CLAIM_INDEX for m in _nodes(n))
+                for n in cte_nodes)
     if not ctes:
         problems.append("no CTE candidate (is this the claim statement?)")
     elif not uses_index:

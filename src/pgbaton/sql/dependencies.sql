@@ -34,14 +34,23 @@ RETURNING id;
 -- waiting_for (NULL: no parents) and has_dependents come as arrays in input order, the
 -- edges as (child position, parent position or existing parent id); meta as in
 -- job_insert_many. Idempotency keys are refused before this statement: every job here
--- is new.
+-- is new. The ids are drawn in `order` (the positions with every job after its
+-- parents of the call), so every job's id is above its parents': the claim's per-key
+-- order counts an older waiting job, which must never be a job's own descendant
+-- (docs/guarantees.md, "Per-key order"). The ids still come back in input order.
 WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
-    FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
-            queue text, task text, args jsonb, priority int, run_at timestamptz,
-            delay float8, key text, max_attempts int, limit_key text))
-         WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
-                              max_attempts, limit_key, position)
+    FROM (
+        SELECT t.*
+        FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
+                queue text, task text, args jsonb, priority int, run_at timestamptz,
+                delay float8, key text, max_attempts int, limit_key text))
+             WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
+                                  max_attempts, limit_key, position)
+        JOIN unnest(%(order)s::bigint[]) WITH ORDINALITY AS o(position, rank)
+          ON o.position = t.position
+        ORDER BY o.rank
+    ) AS t
 ),
 graph AS (
     SELECT *

@@ -131,11 +131,22 @@ LIMIT 1;
 -- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs, none cancelled (or retried since)
--- is still held by its old handler, and none older is pending. With tasks given, only jobs of those tasks
--- are candidates (a worker claims what it can run): jobs of other tasks at the head of
--- jobs_claimable are stepped over, one index entry each.
+-- is still held by its old handler, and none older is pending or waiting for its
+-- parents (docs/guarantees.md, "Per-key order"). With tasks given, only
+-- jobs of those tasks are candidates (a worker claims what it can run): jobs of other
+-- tasks at the head of the index are stepped over, one index entry each.
+-- Two arms, of which the CASE runs one: without queues, the head of jobs_claimable (the
+-- `every` arm); with queues, the head of each named queue in jobs_queue_claimable,
+-- merged in claim order (the `named` arm). The named arm can never read jobs_claimable,
+-- whatever the plan: a generic plan, which a worker's connection ends on, does not know
+-- how much of the table the named queues hold, and jobs_claimable filtered by queue
+-- walks every other queue's older and higher-priority jobs before the first of them.
+-- So its queue test is a range of one name, ordered by queue first, which only
+-- jobs_queue_claimable hands over in order (an equality would make that order
+-- redundant, and the index choice the statistics'). Each named queue locks up to the
+-- limit and the best of them are claimed; the rest are let go at the commit.
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
--- same whatever the LIMIT (the head of jobs_claimable, then the primary key), so the
+-- same whatever the LIMIT (the head of an index, then the primary key), so the
 -- worker's connections keep one generic plan instead of planning every claim.
 -- The claim's commit does not wait for the disk (synchronous_commit off for this one
 -- transaction): a claim lost in a server crash leaves the job as it was, which is what
@@ -146,46 +157,99 @@ LIMIT 1;
 -- ahead) until job_start_many starts them: a running job with no started_at never ran
 -- its handler, and job_reap gives its attempt back.
 WITH candidate AS (
-    SELECT array_agg(picked.id) AS ids
-    FROM (
-        SELECT c.id
-        FROM __schema__.jobs AS c
-        WHERE c.status = 'pending'
-          AND c.run_at <= now()
-          AND (%(queues)s::text[] IS NULL OR c.queue = ANY(%(queues)s::text[]))
-          AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-          -- Paused and limited queues are job_claim_flow's (docs/flow_control.md): one
-          -- read of the small queues table per claim, hashed, then a probe per row.
-          -- NOT IN on purpose: the planner prices a subquery's filter at one half,
-          -- where `queue <> ALL(array)` would be priced by the queue column's statistics,
-          -- near zero when one queue has all the jobs: a claim that seems to read the
-          -- whole index (and gets JIT-compiled, 60 ms).
-          AND c.queue NOT IN (
-                SELECT q.name FROM __schema__.queues AS q
-                WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
-                   OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-          -- Three probes, one per index, so each costs one index lookup whatever the
-          -- number of running jobs: the key's running job, a job of the key cancelled
-          -- while its handler ran and not yet let go, then an older pending job.
-          AND (c.key IS NULL OR (
-                NOT EXISTS (
-                    SELECT 1 FROM __schema__.jobs AS running
-                    WHERE running.key = c.key AND running.status = 'running'
-                      AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
-                AND NOT EXISTS (
-                    SELECT 1 FROM __schema__.jobs AS held
-                    WHERE held.key = c.key AND held.lease_until > now()
-                      -- jobs_key_held_after_cancel's predicate
-                      AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
-                      AND held.status IN ('cancelled', 'pending'))
-                AND NOT EXISTS (
-                    SELECT 1 FROM __schema__.jobs AS older
-                    WHERE older.key = c.key AND older.status = 'pending'
-                      AND older.id < c.id)))
-        ORDER BY c.priority DESC, c.run_at, c.id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS picked
+    SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
+        SELECT array_agg(every.id)
+        FROM (
+            SELECT c.id
+            FROM __schema__.jobs AS c
+            WHERE c.status = 'pending'
+              AND c.run_at <= now()
+              AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+              -- Paused and limited queues are job_claim_flow's (docs/flow_control.md): one
+              -- read of the small queues table per claim, hashed, then a probe per row.
+              -- NOT IN on purpose: the planner prices a subquery's filter at one half,
+              -- where `queue <> ALL(array)` would be priced by the queue column's
+              -- statistics, near zero when one queue has all the jobs: a claim that seems
+              -- to read the whole index (and gets JIT-compiled, 60 ms).
+              AND c.queue NOT IN (
+                    SELECT q.name FROM __schema__.queues AS q
+                    WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                       OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+              -- Four probes, one per index, so each costs one index lookup whatever the
+              -- number of running jobs: the key's running job, a job of the key cancelled
+              -- while its handler ran and not yet let go, an older pending job (due or
+              -- not), then an older job waiting for its parents (migration 10).
+              AND (c.key IS NULL OR (
+                    NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS running
+                        WHERE running.key = c.key AND running.status = 'running'
+                          AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS held
+                        WHERE held.key = c.key AND held.lease_until > now()
+                          -- jobs_key_held_after_cancel's predicate
+                          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                          AND held.status IN ('cancelled', 'pending'))
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS older
+                        WHERE older.key = c.key AND older.status = 'pending'
+                          AND older.id < c.id)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS parked
+                        WHERE parked.key = c.key AND parked.status = 'waiting'
+                          AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+                          AND parked.id < c.id)))
+            ORDER BY c.priority DESC, c.run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+        ) AS every)
+    ELSE (
+        SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.run_at, picked.id)
+        FROM (
+            SELECT named.id, named.priority, named.run_at
+            FROM (SELECT DISTINCT u.name FROM unnest(%(queues)s::text[]) AS u(name)
+                  WHERE u.name NOT IN (  -- as above, once per named queue
+                        SELECT q.name FROM __schema__.queues AS q
+                        WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                           OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+                 ) AS wanted
+            CROSS JOIN LATERAL (
+                SELECT c.id, c.priority, c.run_at
+                FROM __schema__.jobs AS c
+                -- The range of one queue name, and jobs_queue_claimable's predicate.
+                WHERE c.queue >= wanted.name AND c.queue <= wanted.name AND c.queue <> ''
+                  AND c.status = 'pending'
+                  AND c.run_at <= now()
+                  AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+                  AND (c.key IS NULL OR (
+                        NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS running
+                            WHERE running.key = c.key AND running.status = 'running'
+                              -- jobs_one_running_per_key's predicate
+                              AND running.key IS NOT NULL)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS held
+                            WHERE held.key = c.key AND held.lease_until > now()
+                              -- jobs_key_held_after_cancel's predicate
+                              AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                              AND held.status IN ('cancelled', 'pending'))
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS older
+                            WHERE older.key = c.key AND older.status = 'pending'
+                              AND older.id < c.id)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS parked
+                            WHERE parked.key = c.key AND parked.status = 'waiting'
+                              AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+                              AND parked.id < c.id)))
+                ORDER BY c.queue, c.priority DESC, c.run_at, c.id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) AS named
+            ORDER BY named.priority DESC, named.run_at, named.id
+            LIMIT %(limit)s
+        ) AS picked)
+    END AS ids
 ),
 claimed AS (
     UPDATE __schema__.jobs AS j

@@ -79,6 +79,12 @@ CREATE INDEX jobs_key_unfinished ON __schema__.jobs (key, id)
 CREATE UNIQUE INDEX jobs_one_running_per_key ON __schema__.jobs (key)
     WHERE key IS NOT NULL AND status = 'running';
 
+-- ... and an older job of the key that waits for its parents (`after=`) holds back the
+-- newer ones, as an older pending job does (migration 10). Only waiting keyed jobs
+-- enter it.
+CREATE INDEX jobs_key_waiting ON __schema__.jobs (key, id)
+    WHERE key IS NOT NULL AND status = 'waiting';
+
 -- ... and a job cancelled (and perhaps retried) while its handler ran keeps its key held
 -- (the claim's third probe) until that holder releases it or its lease runs out.
 CREATE INDEX jobs_key_held_after_cancel ON __schema__.jobs (key)
@@ -317,7 +323,7 @@ BEGIN
               AND c.status = 'pending'
               AND c.run_at <= clock
               AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
-              -- The three per-key probes of job_claim_many.
+              -- The four per-key probes of job_claim_many.
               AND (c.key IS NULL OR (
                     NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS running
@@ -331,7 +337,12 @@ BEGIN
                     AND NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS older
                         WHERE older.key = c.key AND older.status = 'pending'
-                          AND older.id < c.id)))
+                          AND older.id < c.id)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS parked
+                        WHERE parked.key = c.key AND parked.status = 'waiting'
+                          AND parked.key IS NOT NULL
+                          AND parked.id < c.id)))
               -- A job of a limit key whose own limits are reached waits (and is read
               -- past: per-key limits do not have the queue limits' index shortcut).
               AND (c.limit_key IS NULL OR a.key_concurrency IS NULL OR (
@@ -486,52 +497,83 @@ CREATE TABLE __schema__.batches (
 -- more (following the edges that do not run after a failure): the trigger each of them
 -- fires then finds nothing left to cancel, so a chain of any length is cancelled at a
 -- trigger depth of two, never one level per job (PostgreSQL's stack would not last).
+-- The walk is driven by what it has found (migration 10): each step reads the found
+-- jobs' edges and then those children by index, through LATERAL subqueries that OFFSET
+-- 0 keeps from being flattened into joins. Planned as joins, the step could read every
+-- waiting job against every job found so far (a parent with 50,000 waiting children
+-- took 12 minutes to cancel); this way a cancel reads each edge and each child about
+-- once, whatever the statistics. The UPDATEs find their jobs by id (= ANY of an
+-- array) and join nothing, for the same reason.
 -- Then the children that count this end as finished are decremented; the UPDATE
 -- row-locks each, so two parents ending at once serialise and exactly one takes
 -- waiting_for to 0.
 CREATE FUNCTION __schema__.jobs_release_children(
     ended_id bigint, ended_task text, outcome text, only_children bigint[], channel text
 ) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: the walk's estimates grow with the statistics of a big graph and pass
+-- jit_above_cost, and compiling costs each ended job of a cascade a third of a second
+-- to read a handful of rows. A SET clause, not set_config: the trigger runs inside
+-- the caller's transaction, whose settings are not this function's to change.
+SET jit = off
+AS $$
 DECLARE
     woken text[];
     queue_name text;
+    doomed_ids bigint[];
+    doomed_errors jsonb;
 BEGIN
     IF outcome <> 'done' THEN
         WITH RECURSIVE doomed (id, task, parent_id, parent_task, parent_outcome) AS (
             SELECT c.id, c.task, ended_id, ended_task, outcome
-            FROM __schema__.job_dependencies AS d
-            JOIN __schema__.jobs AS c ON c.id = d.child_id
-            WHERE d.parent_id = ended_id AND NOT d.run_after_failure
-              AND c.status = 'waiting'
-              AND (only_children IS NULL OR c.id = ANY(only_children))
+            FROM (SELECT d.child_id FROM __schema__.job_dependencies AS d
+                  WHERE d.parent_id = ended_id AND NOT d.run_after_failure
+                  OFFSET 0) AS d
+            CROSS JOIN LATERAL (
+                SELECT c.id, c.task FROM __schema__.jobs AS c
+                WHERE c.id = d.child_id AND c.status = 'waiting'
+                  AND (only_children IS NULL OR c.id = ANY(only_children))
+                OFFSET 0) AS c
             UNION
             SELECT c.id, c.task, doomed.id, doomed.task, 'cancelled'
             FROM doomed
-            JOIN __schema__.job_dependencies AS d ON d.parent_id = doomed.id
-            JOIN __schema__.jobs AS c ON c.id = d.child_id
-            WHERE NOT d.run_after_failure AND c.status = 'waiting'
+            CROSS JOIN LATERAL (
+                SELECT d.child_id FROM __schema__.job_dependencies AS d
+                WHERE d.parent_id = doomed.id AND NOT d.run_after_failure
+                OFFSET 0) AS d
+            CROSS JOIN LATERAL (
+                SELECT c.id, c.task FROM __schema__.jobs AS c
+                WHERE c.id = d.child_id AND c.status = 'waiting'
+                OFFSET 0) AS c
         )
-        UPDATE __schema__.jobs AS c
-        SET status = 'cancelled',
-            finished_at = now(),
-            errors = c.errors || jsonb_build_array(jsonb_build_object(
-                'type', 'DependencyFailed',
-                'message', format('job %s (task %s) that this job waits for %s',
-                                  first.parent_id, first.parent_task,
-                                  CASE first.parent_outcome WHEN 'deleted' THEN 'was deleted'
-                                       ELSE 'ended ' || first.parent_outcome END),
-                'parent_id', first.parent_id, 'at', now()))
-        FROM (SELECT DISTINCT ON (id) * FROM doomed ORDER BY id, parent_id) AS first
-        WHERE c.id = first.id AND c.status = 'waiting';
+        -- Each doomed job once, with the first (lowest) of its doomed parents, as one
+        -- array and one object of the errors by id: the UPDATE then finds the jobs by
+        -- id and their errors by key, with no join for the planner to get wrong.
+        SELECT array_agg(first.id),
+               jsonb_object_agg(first.id::text, jsonb_build_object(
+                   'type', 'DependencyFailed',
+                   'message', format('job %s (task %s) that this job waits for %s',
+                                     first.parent_id, first.parent_task,
+                                     CASE first.parent_outcome WHEN 'deleted' THEN 'was deleted'
+                                          ELSE 'ended ' || first.parent_outcome END),
+                   'parent_id', first.parent_id, 'at', now()))
+        INTO doomed_ids, doomed_errors
+        FROM (SELECT DISTINCT ON (id) * FROM doomed ORDER BY id, parent_id) AS first;
+        IF doomed_ids IS NOT NULL THEN
+            UPDATE __schema__.jobs AS c
+            SET status = 'cancelled',
+                finished_at = now(),
+                errors = c.errors || jsonb_build_array(doomed_errors -> c.id::text)
+            WHERE c.id = ANY(doomed_ids) AND c.status = 'waiting';
+        END IF;
     END IF;
     WITH released AS (
         UPDATE __schema__.jobs AS c
         SET waiting_for = c.waiting_for - 1,
             status = CASE WHEN c.waiting_for = 1 THEN 'pending' ELSE 'waiting' END
-        FROM __schema__.job_dependencies AS d
-        WHERE d.parent_id = ended_id AND c.id = d.child_id
-          AND (outcome = 'done' OR d.run_after_failure)
+        WHERE c.id = ANY(ARRAY(
+                SELECT d.child_id FROM __schema__.job_dependencies AS d
+                WHERE d.parent_id = ended_id AND (outcome = 'done' OR d.run_after_failure)))
           AND c.status = 'waiting'
           AND (only_children IS NULL OR c.id = ANY(only_children))
         RETURNING c.queue, c.status, c.run_at
