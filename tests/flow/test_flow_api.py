@@ -5,6 +5,7 @@ and left untouched by a refused call."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import psycopg
@@ -264,3 +265,44 @@ def test_a_worker_writes_the_limits_its_app_declares_when_it_starts(
         settings = _settings(queue, "emails")
     assert (settings.concurrency, settings.rate, settings.key_concurrency) == (
         3, Rate(10, 1.0), 2)
+
+
+def _wait_until_starts_are_older_than(db, seconds: float) -> None:
+    """Until the database's clock is `seconds` past the queue's latest start."""
+    deadline = time.monotonic() + seconds + 10.0
+    while True:
+        [row] = db.execute(
+            "SELECT clock_timestamp() - max(started_at) > make_interval(secs => %s) AS past"
+            " FROM jobs WHERE queue = 'q'", (seconds,),
+        ).fetchall()
+        if row["past"]:
+            return
+        assert time.monotonic() < deadline, "the starts never aged"
+        time.sleep(0.05)
+
+
+def test_widening_a_rate_window_counts_the_starts_made_before(queue: pgbaton.Queue, db):
+    """A queue at 3/1s started three jobs; once its window passed, a claim with nothing
+    to take (which prunes the starts log) ran, and then the window was widened to 3/4s:
+    the three starts still count, so nothing starts until the first of them is 4 s old,
+    and the claim says so. Raising the count then gives room for the difference at
+    once: the log kept every start the window holds."""
+    queue.set_rate("q", "3/1s")
+    queue.enqueue_many([{"task": "t", "queue": "q"}] * 3)
+    assert len(queue.claim_batch("w", limit=10, queues=["q"]).claims) == 3
+    _wait_until_starts_are_older_than(db, 1.0)
+    assert queue.claim_batch("w", limit=10, queues=["q"]).claims == []
+
+    queue.enqueue_many([{"task": "t", "queue": "q"}] * 10)
+    queue.set_rate("q", "3/4s")
+    widened = queue.claim_batch("w", limit=10, queues=["q"])
+    assert widened.claims == []
+    assert widened.next_slot_in is not None and 1.0 < widened.next_slot_in <= 3.0
+
+    queue.set_rate("q", "5/4s")
+    raised = queue.claim_batch("w", limit=10, queues=["q"])
+    assert len(raised.claims) == 2
+    [row] = db.execute(
+        "SELECT count(*) AS n FROM jobs WHERE queue = 'q' AND started_at IS NOT NULL"
+    ).fetchall()
+    assert row["n"] == 5

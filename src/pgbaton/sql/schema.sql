@@ -173,8 +173,9 @@ CREATE TABLE __schema__.queues (
         CHECK (rate_limit IS NULL OR (rate_limit >= 1 AND rate_period > interval '0'))
 );
 
--- The starts of rate-limited queues inside their window: the exact sliding window.
--- Written and pruned only by job_claim_flow under the queue's row lock.
+-- The starts of rate-limited queues: the exact sliding window. Written and pruned only
+-- by job_claim_flow under the queue's row lock, which keeps each queue's last
+-- rate_limit starts and every start inside its windows (migration 10).
 CREATE TABLE __schema__.queue_starts (
     queue      text        NOT NULL,
     started_at timestamptz NOT NULL,
@@ -273,13 +274,29 @@ BEGIN
         serving := only_queues;
     END IF;
 
+    -- The starts log keeps each rate-limited queue's last rate_limit starts, however
+    -- old, besides every start inside the windows (migration 10): a window of R per P
+    -- holds at most the last R starts, so a window widened later still counts the
+    -- starts made before it was widened, and the limit is never passed
+    -- (docs/flow_control.md, "Changing a rate"). Pruned by age alone, a queue at 10/1s
+    -- set to 10/20s started 24 jobs in one 20 s window. kept_from: the queue's R-th
+    -- latest start, read once per queue from queue_starts_window (NULL while it has
+    -- fewer, which keeps them all). A key rate's starts are pruned by its own window's
+    -- age: keeping the last R of every key that ever started would grow with the keys.
     IF rated > 0 THEN
         DELETE FROM __schema__.queue_starts AS s
         USING __schema__.queues AS q
+        CROSS JOIN LATERAL (
+            SELECT (SELECT st.started_at FROM __schema__.queue_starts AS st
+                    WHERE st.queue = q.name
+                    ORDER BY st.started_at DESC
+                    OFFSET greatest(q.rate_limit - 1, 0) LIMIT 1) AS kept_from
+        ) AS cut
         WHERE s.queue = q.name AND q.name = ANY(serving) AND NOT q.paused
           AND (q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-          AND s.started_at <= clock - greatest(coalesce(q.rate_period, interval '0'),
-                                               coalesce(q.key_rate_period, interval '0'));
+          AND s.started_at <= clock - coalesce(q.key_rate_period, interval '0')
+          AND (q.rate_limit IS NULL
+               OR (s.started_at <= clock - q.rate_period AND s.started_at < cut.kept_from));
     END IF;
 
     RETURN QUERY

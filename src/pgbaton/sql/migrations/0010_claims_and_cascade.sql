@@ -2,8 +2,7 @@
 -- replaced in place, with the arguments and results the previous release calls them
 -- with. The previous release's plain claim does not know the new per-key probe: in a
 -- fleet that mixes the two, its workers may start a newer job of a key before an older
--- one that waits for its parents, as it always did; and its enqueue_many draws ids in
--- list order (docs/guarantees.md, "Per-key order", across releases).
+-- one that waits for its parents, as it always did.
 
 -- The release cascade walks from what it has found, by index, whatever the plan
 -- (docs/dependencies.md): cancelling a parent with 50,000 waiting children took
@@ -97,7 +96,10 @@ $$;
 CREATE INDEX IF NOT EXISTS jobs_key_waiting ON __schema__.jobs (key, id)
     WHERE key IS NOT NULL AND status = 'waiting';
 
--- The flow claim with the fourth per-key probe of job_claim_many.
+-- The flow claim: the fourth per-key probe of job_claim_many, and a starts log pruned by
+-- count as well as by age, so that widening a rate's window forgets no start inside
+-- it (docs/flow_control.md, "Changing a rate"). The previous release's claims prune by
+-- age: while any of them runs, a widened window may still have lost its earlier starts.
 CREATE OR REPLACE FUNCTION __schema__.job_claim_flow(
     worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
     finished uuid[], starting integer)
@@ -156,13 +158,29 @@ BEGIN
         serving := only_queues;
     END IF;
 
+    -- The starts log keeps each rate-limited queue's last rate_limit starts, however
+    -- old, besides every start inside the windows (migration 10): a window of R per P
+    -- holds at most the last R starts, so a window widened later still counts the
+    -- starts made before it was widened, and the limit is never passed
+    -- (docs/flow_control.md, "Changing a rate"). Pruned by age alone, a queue at 10/1s
+    -- set to 10/20s started 24 jobs in one 20 s window. kept_from: the queue's R-th
+    -- latest start, read once per queue from queue_starts_window (NULL while it has
+    -- fewer, which keeps them all). A key rate's starts are pruned by its own window's
+    -- age: keeping the last R of every key that ever started would grow with the keys.
     IF rated > 0 THEN
         DELETE FROM __schema__.queue_starts AS s
         USING __schema__.queues AS q
+        CROSS JOIN LATERAL (
+            SELECT (SELECT st.started_at FROM __schema__.queue_starts AS st
+                    WHERE st.queue = q.name
+                    ORDER BY st.started_at DESC
+                    OFFSET greatest(q.rate_limit - 1, 0) LIMIT 1) AS kept_from
+        ) AS cut
         WHERE s.queue = q.name AND q.name = ANY(serving) AND NOT q.paused
           AND (q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-          AND s.started_at <= clock - greatest(coalesce(q.rate_period, interval '0'),
-                                               coalesce(q.key_rate_period, interval '0'));
+          AND s.started_at <= clock - coalesce(q.key_rate_period, interval '0')
+          AND (q.rate_limit IS NULL
+               OR (s.started_at <= clock - q.rate_period AND s.started_at < cut.kept_from));
     END IF;
 
     RETURN QUERY
