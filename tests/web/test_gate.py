@@ -184,14 +184,26 @@ def test_the_bearer_token_needs_no_origin(serve: Callable[[Starlette], str], dsn
 
 def test_a_csrf_token_of_one_browser_is_refused_in_another(
         dashboard: tuple[str, httpx.Client], db: psycopg.Connection[DictRow]) -> None:
-    """Browsers A and B each get a session; B's cookie with A's token is a 403 and the
+    """Browsers A and B each get a session; what A's page shows (its token) replayed
+    from B, as the form field and as any cookie B can be made to hold, is a 403 and the
     queue stays unpaused; each with its own token may act."""
     base, a = dashboard
     with httpx.Client(base_url=base, timeout=WAIT) as b:
-        token_a = token_in(a.get("/queues").text)
+        page_a = a.get("/queues").text
+        token_a = token_in(page_a)
         token_b = token_in(b.get("/queues").text)
         assert token_a != token_b
         assert a.cookies["pgbaton_session"] != b.cookies["pgbaton_session"]
+        assert a.cookies["pgbaton_session"] not in page_a  # HttpOnly, never in a page
+        for name in ("pgbaton_csrf", "pgbaton_session"):  # the old cookie, and the new
+            with httpx.Client(base_url=base, timeout=WAIT) as victim:
+                victim.get("/queues")
+                victim.cookies.clear()
+                victim.cookies.set(name, token_a)
+                answer = victim.post("/queues/pause", headers={"Origin": base},
+                                     data={"csrf_token": token_a, "queue": "mail"})
+                assert answer.status_code == 403 and "CSRF" in answer.text, name
+                assert not paused(db, "mail")
         answer = b.post("/queues/pause", data={"csrf_token": token_a, "queue": "mail"},
                         headers={"Origin": base, "Accept": "text/html"})
         assert answer.status_code == 403 and "CSRF" in answer.text
