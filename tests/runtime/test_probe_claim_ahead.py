@@ -169,7 +169,7 @@ def test_jobs_claimed_ahead_whose_leases_are_reaped_while_their_worker_is_frozen
     assert queue.reap() == 4
     rows = {r["id"]: r for r in db.execute(
         "SELECT id, status, attempts, errors FROM jobs WHERE id = ANY(%s)",
-        (waiting + [frozen_job],))}
+        ([*waiting, frozen_job],))}
     assert rows[frozen_job]["status"] == "failed"
     for job in waiting:
         assert (rows[job]["status"], rows[job]["attempts"]) == ("pending", 0)
@@ -249,7 +249,7 @@ def test_base_exceptions_of_handlers_claimed_ahead_fail_their_attempt_only(
     handlers that waited in the buffer (one slot, claim-ahead 8): each fails its one
     attempt with HandlerExit, the worker runs on to the ordinary job behind them and
     stops cleanly."""
-    whats = ["exit", "interrupt", "abort"]
+    whats = ["exit", "interrupt", "abort", "generator"]
     raising = [queue.enqueue(f"raises_{kind}", {"what": w}, max_attempts=1) for w in whats]
     last = queue.enqueue("step", {"seconds": 0})
     worker = run_worker("--concurrency", "1", "--claim-ahead", "8", "--poll-interval",
