@@ -133,7 +133,12 @@ class Task:
     def check_args(self, args: Mapping[str, Any] | None) -> None:
         """Refuse args the handler could not be called with, before anything is written:
         every missing and every unexpected name is listed."""
-        if self._names_taken is not None and isinstance(args, Mapping | None):
+        if not isinstance(args, Mapping | None):
+            raise InvalidArgument(
+                f"args for task {self.name!r} must be a mapping of keyword arguments, "
+                f"got {type(args).__name__}"
+            )
+        if self._names_taken is not None:
             # Without positional-only parameters, args that name every required
             # parameter and (unless the handler takes **kwargs) no other are args that
             # Signature.bind accepts: the check below would find nothing.
@@ -488,16 +493,19 @@ class App:
         jobs = list(jobs)
         self.check_tasks_known(jobs, batch)
         filled: list[Mapping[str, Any]] = []
-        for job in jobs:
+        for position, job in enumerate(jobs):
             name = job.get("task") if isinstance(job, Mapping) else None
             task = self.tasks.get(name) if isinstance(name, str) else None
-            if task is None:
+            args = job.get("args") if task is not None else None
+            if task is None or not isinstance(args, Mapping | None):
                 filled.append(job)  # enqueue_many's own checks name what is wrong
                 continue
-            args = job.get("args")
             if "queue" in job:
                 check_name("queue", job["queue"])  # named before the args' own problems
-            task.check_args(args)
+            try:
+                task.check_args(args)
+            except InvalidArgument as error:
+                raise InvalidArgument(f"job {position}: {error}") from None
             options = {name: value for name, value in job.items()
                        if name not in ("task", "args")}
             filled.append({"task": task.name, "args": args,
