@@ -34,7 +34,7 @@ from typing import (
 from . import _sql
 from ._checks import check_int4, check_lease, check_name, job_params
 from .context import JobContext
-from .dependencies import Callback
+from .dependencies import CALLBACK_ARG, Callback
 from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument, UnknownTask
 from .events import Events, Subscriber
@@ -512,14 +512,24 @@ class App:
                            **task.job_options(args, options)})
         if batch is not None:
             batch = dataclasses.replace(
-                batch, **{which: self._callback_defaults(getattr(batch, which))
+                batch, **{which: self._callback_defaults(which, getattr(batch, which))
                           for which in ("on_finish", "on_success")})
         return filled, batch
 
-    def _callback_defaults(self, callback: Any) -> Any:
+    def _callback_defaults(self, which: str, callback: Any) -> Any:
         if not isinstance(callback, Callback) or callback.task not in self.tasks:
             return callback  # Batch.params and check_tasks_known name what is wrong
         task = self.tasks[callback.task]
+        # Checked now with the `batch` it will be given, not when its batch ends.
+        if isinstance(callback.args, Mapping | None) and CALLBACK_ARG not in (
+            callback.args or {}
+        ):
+            try:
+                task.check_args({**(callback.args or {}), CALLBACK_ARG: {}})
+            except InvalidArgument as error:
+                raise InvalidArgument(
+                    f"the batch's {which} callback: {error}; nothing was written"
+                ) from None
         return dataclasses.replace(
             callback,
             queue=task.queue if callback.queue is None else callback.queue,

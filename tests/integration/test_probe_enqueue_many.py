@@ -60,6 +60,28 @@ def test_args_that_are_not_a_mapping_are_refused_as_invalid(queue, db, args: Any
     app.queue.close()
 
 
+def test_a_callback_whose_handler_cannot_take_its_args_is_refused(queue, db) -> None:
+    """A callback is enqueued when its batch ends, maybe hours later, with its args
+    plus `batch`: args its handler cannot take are refused now, as a member job's are,
+    rather than failing for good once the batch is over."""
+    app = probe_app(queue)
+    member = [{"task": "plain", "args": {"a": 2}}]
+    bad = [
+        (Batch(on_finish=Callback("report", {"titel": "x"})), "unexpected 'titel'"),
+        (Batch(on_success=Callback("no_batch_param")), "unexpected 'batch'"),
+        (Batch(on_finish=Callback("report"), on_success=Callback("plain")),
+         "unexpected 'batch'"),
+    ]
+    for batch, message in bad:
+        with pytest.raises(pgbaton.InvalidArgument, match=message) as caught:
+            app.enqueue_many(member, batch=batch)
+        assert "callback" in str(caught.value), caught.value
+    assert nothing_written(db)
+    app.enqueue_many(member, batch=Batch(on_finish=Callback("report", {"title": "t"})))
+    assert db.execute("SELECT count(*) AS n FROM batches").fetchone() == {"n": 1}
+    app.queue.close()
+
+
 BAD_AMONG_MANY: list[tuple[dict[str, Any], type[BaseException], str]] = [
     ({"task": "nope"}, pgbaton.UnknownTask, "'nope' \\(job 5000\\)"),
     ({"task": "plain", "args": {"b": 1}}, pgbaton.InvalidArgument,
