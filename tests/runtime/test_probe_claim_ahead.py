@@ -87,6 +87,14 @@ def hangs(context: pgbaton.JobContext, seconds: float = 600.0) -> None:
     _record(context, "end")
 
 
+@app.task(pass_context=True, max_attempts=1)
+def sync_sleeps(context: pgbaton.JobContext, seconds: float) -> None:
+    """A sync handler that never looks at should_stop."""
+    _record(context, "start")
+    time.sleep(seconds)
+    _record(context, "end")
+
+
 @pytest.fixture
 def run_worker(
     dsn: str, app_schema: str, tmp_path: Path
