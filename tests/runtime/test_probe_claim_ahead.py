@@ -307,3 +307,59 @@ def test_a_stop_with_a_hung_thread_and_jobs_claimed_ahead_ends_in_bounded_time(
                        "claim_token": None}
         assert _effects(db, app_schema, job) == []
 
+
+
+def test_sigkilled_workers_claiming_ahead_never_run_a_job_twice_or_lose_attempts(
+    run_worker, db, app_schema, queue
+):
+    """Three workers claiming ahead (two slots, six ahead, a 1 s lease), one of them
+    SIGKILLed and replaced every half second a dozen times, the leases reaped all
+    along, over 150 short jobs. Afterwards, in SQL: every job done; no attempt number
+    of a job started twice (a handler that ran and then had its attempt given back
+    would start again under the same number); each done job's attempts are its started
+    attempts the reaper charged plus the one that finished, every attempt a dead
+    worker had not started given back."""
+    jobs = [queue.enqueue("step", {"seconds": 0.05 * (n % 5)}, max_attempts=50)
+            for n in range(400)]
+    options = ("--concurrency", "2", "--claim-ahead", "6", "--lease", "1",
+               "--poll-interval", "0.2")
+    workers = [run_worker(*options) for _ in range(3)]
+    kills = 0
+    for round_ in range(12):
+        if scalar(db, "SELECT count(*) FROM jobs WHERE status <> 'done'") == 0:
+            break
+        victim = workers[round_ % 3]
+        # Killed while it holds claims it has not started, so every kill leaves some.
+        wait_until(lambda v=victim: queue.reap() >= 0 and scalar(
+            db, "SELECT count(*) FROM jobs WHERE status = 'running' AND started_at IS NULL"
+            " AND worker_id LIKE %s", f"%:{v.pid}:%") > 0, timeout=20,
+            what="the victim holding jobs claimed ahead")
+        victim.kill()
+        kills += 1
+        workers[round_ % 3] = run_worker(*options)
+    wait_until(lambda: queue.reap() >= 0 and scalar(
+        db, "SELECT count(*) FROM jobs WHERE status <> 'done'") == 0, timeout=90,
+        what="every job done")
+    for worker in workers:
+        assert worker.stop() == 0
+    assert kills >= 3
+    twice = db.execute(f"""
+        SELECT job_id, attempt, count(*) AS starts FROM "{app_schema}".effects
+        WHERE what = 'start' GROUP BY job_id, attempt HAVING count(*) > 1
+        ORDER BY job_id LIMIT 10""").fetchall()
+    assert twice == [], f"an attempt number started twice: {twice}"
+    wrong = db.execute("""
+        SELECT id, attempts, errors FROM jobs
+        WHERE id = ANY(%s) AND attempts <> 1 + (
+            SELECT count(*) FROM jsonb_array_elements(errors) AS e
+            WHERE (e ->> 'started')::boolean)
+        LIMIT 5""", (jobs,)).fetchall()
+    assert wrong == [], f"attempts that are not the started ones: {wrong}"
+    assert scalar(db, f"""
+        SELECT count(*) FROM jobs AS j WHERE j.id = ANY(%s) AND j.attempts <> (
+            SELECT max(e.attempt) FROM "{app_schema}".effects AS e
+            WHERE e.job_id = j.id AND e.what = 'end')""", jobs) == 0
+    # The kills left claims never started behind, given back by the reaper.
+    assert scalar(db, "SELECT count(*) FROM jobs, jsonb_array_elements(errors) AS e"
+                  " WHERE e ->> 'type' = 'LeaseExpired' AND e ->> 'started' = 'false'"
+                  ) >= kills
