@@ -31,7 +31,9 @@ app = pgbaton.App(schema=SCHEMA)
 
 
 def _record(context: pgbaton.JobContext, what: str) -> None:
-    with psycopg.connect(os.environ["PGBATON_DSN"], autocommit=True) as conn:
+    # Straight to the server, even when the worker reaches it through a proxy.
+    dsn = os.environ.get("PGBATON_EFFECTS_DSN") or os.environ["PGBATON_DSN"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             f'INSERT INTO "{SCHEMA}".effects (job_id, attempt, worker_pid, what)'
             " VALUES (%s, %s, %s, %s)",
@@ -102,10 +104,11 @@ def run_worker(
     """`pgbaton worker` processes of this module's App; each killed at teardown."""
     started: list[WorkerProcess] = []
 
-    def start(*options: str) -> WorkerProcess:
+    def start(*options: str, through: str | None = None) -> WorkerProcess:
         log_path = tmp_path / f"probe-worker-{len(started)}.log"
-        env = {**os.environ, "PGBATON_DSN": dsn, "PGBATON_TEST_SCHEMA": app_schema,
-               "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}
+        env = {**os.environ, "PGBATON_DSN": through or dsn, "PGBATON_EFFECTS_DSN": dsn,
+               "PGBATON_TEST_SCHEMA": app_schema, "PYTHONPATH": str(ROOT),
+               "PYTHONFAULTHANDLER": "1"}
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "pgbaton", "worker", PROBE_SPEC,
