@@ -67,6 +67,17 @@ async def ends_worker(context: pgbaton.JobContext) -> None:
     os._exit(70)
 
 
+def _raise_generator_exit() -> None:
+    raise GeneratorExit
+
+
+@app.task(pass_context=True, max_attempts=1)
+async def awaits_a_raising_thread(context: pgbaton.JobContext) -> None:
+    """A GeneratorExit that reaches the handler through a future, not raised by it."""
+    await asyncio.to_thread(_record, context, "start")
+    await asyncio.to_thread(_raise_generator_exit)
+
+
 @app.task(pass_context=True, max_attempts=1)
 async def raises_async(context: pgbaton.JobContext, what: str) -> None:
     await asyncio.to_thread(_record, context, "start")
@@ -262,6 +273,8 @@ def test_base_exceptions_of_handlers_claimed_ahead_fail_their_attempt_only(
     stops cleanly."""
     whats = ["exit", "interrupt", "abort", "generator"]
     raising = [queue.enqueue(f"raises_{kind}", {"what": w}, max_attempts=1) for w in whats]
+    if kind == "async":
+        raising.append(queue.enqueue("awaits_a_raising_thread", max_attempts=1))
     last = queue.enqueue("step", {"seconds": 0})
     worker = run_worker("--concurrency", "1", "--claim-ahead", "8", "--poll-interval",
                         "0.2")

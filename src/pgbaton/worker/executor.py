@@ -113,7 +113,16 @@ class Executor:
             if not running.claim.started and not await self._start_ahead(running):
                 self._not_started(running)
             else:
-                outcome = await self._attempt(running)
+                try:
+                    outcome = await self._attempt(running)
+                except GeneratorExit:
+                    # A GeneratorExit an async handler awaited from a future (a thread
+                    # of asyncio.to_thread that raised it): asyncio throws it in here,
+                    # at the task's outermost coroutine, and it closed _attempt on its
+                    # way down instead of reaching its except clauses (_ThreadRaised).
+                    outcome = self._failure(running, HandlerExit(
+                        f"task {running.claim.task!r} raised GeneratorExit: a handler "
+                        "cannot stop the worker"))
                 if outcome is not None and self._thread_runs(running):
                     outcome = await self._outlive(running, outcome)
                     outlived = True
