@@ -470,9 +470,9 @@ class App:
         its handler cannot take. A job or callback that gives no queue, max_attempts
         or key gets its task's, as task.enqueue() would."""
         jobs, batch = self.with_task_defaults(jobs, batch)
-        return self.queue_for(self._routes.queue_of_many(jobs, batch)).enqueue_many(
-            jobs, conn=conn, batch=batch
-        )
+        route = self._routes.queue_of_many(jobs, batch)
+        self.check_callback_args(batch)
+        return self.queue_for(route).enqueue_many(jobs, conn=conn, batch=batch)
 
     async def enqueue_many_async(
         self, jobs: Iterable[Mapping[str, Any]], *,
@@ -480,9 +480,9 @@ class App:
     ) -> list[int]:
         """enqueue_many() through the AsyncQueue of the jobs' database."""
         jobs, batch = self.with_task_defaults(jobs, batch)
-        return await self.async_queue_for(
-            self._routes.queue_of_many(jobs, batch)
-        ).enqueue_many(jobs, conn=conn, batch=batch)
+        route = self._routes.queue_of_many(jobs, batch)
+        self.check_callback_args(batch)
+        return await self.async_queue_for(route).enqueue_many(jobs, conn=conn, batch=batch)
 
     def with_task_defaults(
         self, jobs: Iterable[Mapping[str, Any]], batch: Batch | None
@@ -512,24 +512,32 @@ class App:
                            **task.job_options(args, options)})
         if batch is not None:
             batch = dataclasses.replace(
-                batch, **{which: self._callback_defaults(which, getattr(batch, which))
+                batch, **{which: self._callback_defaults(getattr(batch, which))
                           for which in ("on_finish", "on_success")})
         return filled, batch
 
-    def _callback_defaults(self, which: str, callback: Any) -> Any:
-        if not isinstance(callback, Callback) or callback.task not in self.tasks:
-            return callback  # Batch.params and check_tasks_known name what is wrong
-        task = self.tasks[callback.task]
-        # Checked now with the `batch` it will be given, not when its batch ends.
-        if isinstance(callback.args, Mapping | None) and CALLBACK_ARG not in (
-            callback.args or {}
-        ):
+    def check_callback_args(self, batch: Batch | None) -> None:
+        """InvalidArgument for a batch callback whose handler could not take its args
+        with the `batch` it is given: checked now, not when its batch ends, maybe
+        hours later. Args holding `batch`, or not a mapping, are Callback's to refuse."""
+        for which in ("on_finish", "on_success"):
+            callback = getattr(batch, which, None)
+            if (not isinstance(callback, Callback) or callback.task not in self.tasks
+                    or not isinstance(callback.args, Mapping | None)
+                    or CALLBACK_ARG in (callback.args or {})):
+                continue
             try:
-                task.check_args({**(callback.args or {}), CALLBACK_ARG: {}})
+                self.tasks[callback.task].check_args(
+                    {**(callback.args or {}), CALLBACK_ARG: {}})
             except InvalidArgument as error:
                 raise InvalidArgument(
                     f"the batch's {which} callback: {error}; nothing was written"
                 ) from None
+
+    def _callback_defaults(self, callback: Any) -> Any:
+        if not isinstance(callback, Callback) or callback.task not in self.tasks:
+            return callback  # Batch.params and check_tasks_known name what is wrong
+        task = self.tasks[callback.task]
         return dataclasses.replace(
             callback,
             queue=task.queue if callback.queue is None else callback.queue,
