@@ -34,7 +34,7 @@ from typing import (
 from . import _sql
 from ._checks import check_int4, check_lease, check_name, job_params
 from .context import JobContext
-from .dependencies import Callback
+from .dependencies import CALLBACK_ARG, Callback
 from .dsn import resolve_dsn, resolve_schema, with_application_name
 from .errors import ConfigurationError, InvalidArgument, UnknownTask
 from .events import Events, Subscriber
@@ -133,7 +133,12 @@ class Task:
     def check_args(self, args: Mapping[str, Any] | None) -> None:
         """Refuse args the handler could not be called with, before anything is written:
         every missing and every unexpected name is listed."""
-        if self._names_taken is not None and isinstance(args, Mapping | None):
+        if not isinstance(args, Mapping | None):
+            raise InvalidArgument(
+                f"args for task {self.name!r} must be a mapping of keyword arguments, "
+                f"got {type(args).__name__}"
+            )
+        if self._names_taken is not None:
             # Without positional-only parameters, args that name every required
             # parameter and (unless the handler takes **kwargs) no other are args that
             # Signature.bind accepts: the check below would find nothing.
@@ -465,9 +470,9 @@ class App:
         its handler cannot take. A job or callback that gives no queue, max_attempts
         or key gets its task's, as task.enqueue() would."""
         jobs, batch = self.with_task_defaults(jobs, batch)
-        return self.queue_for(self._routes.queue_of_many(jobs, batch)).enqueue_many(
-            jobs, conn=conn, batch=batch
-        )
+        route = self._routes.queue_of_many(jobs, batch)
+        self.check_callback_args(batch)
+        return self.queue_for(route).enqueue_many(jobs, conn=conn, batch=batch)
 
     async def enqueue_many_async(
         self, jobs: Iterable[Mapping[str, Any]], *,
@@ -475,9 +480,9 @@ class App:
     ) -> list[int]:
         """enqueue_many() through the AsyncQueue of the jobs' database."""
         jobs, batch = self.with_task_defaults(jobs, batch)
-        return await self.async_queue_for(
-            self._routes.queue_of_many(jobs, batch)
-        ).enqueue_many(jobs, conn=conn, batch=batch)
+        route = self._routes.queue_of_many(jobs, batch)
+        self.check_callback_args(batch)
+        return await self.async_queue_for(route).enqueue_many(jobs, conn=conn, batch=batch)
 
     def with_task_defaults(
         self, jobs: Iterable[Mapping[str, Any]], batch: Batch | None
@@ -488,16 +493,19 @@ class App:
         jobs = list(jobs)
         self.check_tasks_known(jobs, batch)
         filled: list[Mapping[str, Any]] = []
-        for job in jobs:
+        for position, job in enumerate(jobs):
             name = job.get("task") if isinstance(job, Mapping) else None
             task = self.tasks.get(name) if isinstance(name, str) else None
-            if task is None:
+            args = job.get("args") if task is not None else None
+            if task is None or not isinstance(args, Mapping | None):
                 filled.append(job)  # enqueue_many's own checks name what is wrong
                 continue
-            args = job.get("args")
             if "queue" in job:
                 check_name("queue", job["queue"])  # named before the args' own problems
-            task.check_args(args)
+            try:
+                task.check_args(args)
+            except InvalidArgument as error:
+                raise InvalidArgument(f"job {position}: {error}") from None
             options = {name: value for name, value in job.items()
                        if name not in ("task", "args")}
             filled.append({"task": task.name, "args": args,
@@ -507,6 +515,24 @@ class App:
                 batch, **{which: self._callback_defaults(getattr(batch, which))
                           for which in ("on_finish", "on_success")})
         return filled, batch
+
+    def check_callback_args(self, batch: Batch | None) -> None:
+        """InvalidArgument for a batch callback whose handler could not take its args
+        with the `batch` it is given: checked now, not when its batch ends, maybe
+        hours later. Args holding `batch`, or not a mapping, are Callback's to refuse."""
+        for which in ("on_finish", "on_success"):
+            callback = getattr(batch, which, None)
+            if (not isinstance(callback, Callback) or callback.task not in self.tasks
+                    or not isinstance(callback.args, Mapping | None)
+                    or CALLBACK_ARG in (callback.args or {})):
+                continue
+            try:
+                self.tasks[callback.task].check_args(
+                    {**(callback.args or {}), CALLBACK_ARG: {}})
+            except InvalidArgument as error:
+                raise InvalidArgument(
+                    f"the batch's {which} callback: {error}; nothing was written"
+                ) from None
 
     def _callback_defaults(self, callback: Any) -> Any:
         if not isinstance(callback, Callback) or callback.task not in self.tasks:

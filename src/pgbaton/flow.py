@@ -94,14 +94,18 @@ class QueueSettings:
 def parse_rate(value: object) -> Rate | None:
     """A rate as `Rate`, `(limit, seconds)` or text such as "100/s", "10/min", "5/2h";
     None means no rate limit. Anything else is refused with one line saying why."""
-    if value is None or isinstance(value, Rate):
-        rate = value
-    elif isinstance(value, tuple) and len(value) == 2:
-        limit, period = value
+    if value is None:
+        rate = None
+    elif isinstance(value, Rate) or (isinstance(value, tuple) and len(value) == 2):
+        # A Rate is a dataclass that converts nothing: Rate(1.5, 1) would be stored
+        # as 2 per second.
+        limit, period = (value.limit, value.period) if isinstance(value, Rate) else value
         if isinstance(limit, bool) or not isinstance(limit, int):
-            raise InvalidArgument(f"rate limit must be a whole number, got {limit!r}")
+            raise InvalidArgument(f"rate limit must be a whole number, got {_brief(limit)}")
         if isinstance(period, bool) or not isinstance(period, int | float):
-            raise InvalidArgument(f"rate period must be seconds, got {period!r}")
+            raise InvalidArgument(f"rate period must be seconds, got {_brief(period)}")
+        if isinstance(period, int) and period > MAX_RATE_PERIOD_SECONDS:
+            period = math.inf  # float() of a huge int raises OverflowError
         rate = Rate(limit, float(period))
     elif isinstance(value, str):
         shown = _brief(value)

@@ -10,8 +10,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_int4, check_partition_width
+from .._checks import check_int4, check_lease, check_partition_width
 from ..errors import InvalidArgument
+from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 
 
@@ -91,6 +92,7 @@ class WorkerConfig:
             "periodic_interval", "elect_interval", "part_failure_window", "vacuum_interval",
         ):
             _check_positive(name, getattr(self, name))
+        check_lease(self.lease)  # every claim and heartbeat checks it: here, not at the first
         _check_positive("shutdown_grace", self.shutdown_grace, zero_ok=True)
         if self.retention_mode not in RETENTION_MODES:
             raise InvalidArgument(
@@ -114,6 +116,11 @@ class WorkerConfig:
                 or self.claim_ahead < 0):
             raise InvalidArgument(
                 f"claim_ahead must be a whole number >= 0, got {self.claim_ahead!r}"
+            )
+        if self.concurrency + self.claim_ahead > INT4_MAX:  # what one claim may ask for
+            raise InvalidArgument(
+                f"concurrency + claim_ahead must be at most {INT4_MAX:,}, got "
+                f"{self.concurrency:,} + {self.claim_ahead:,}"
             )
         if self.listen_dsn is not None and (
             not isinstance(self.listen_dsn, str) or not self.listen_dsn.strip()

@@ -34,6 +34,25 @@ class HandlerExit(PgbatonError):
     attempt fails with this error and the worker carries on."""
 
 
+class _ThreadRaised(Exception):
+    """Carries a GeneratorExit out of a sync handler's thread. asyncio throws a
+    future's exception into the awaiting task at its outermost coroutine, and a
+    GeneratorExit thrown there closes every coroutine it passes on the way down
+    instead of reaching their except clauses: the attempt would be dropped unwritten,
+    its claim left to its lease."""
+
+    def __init__(self, error: GeneratorExit) -> None:
+        super().__init__()
+        self.error = error
+
+
+def _in_thread(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return func(*args, **kwargs)
+    except GeneratorExit as error:
+        raise _ThreadRaised(error) from None
+
+
 class Executor:
     def __init__(
         self,
@@ -94,7 +113,16 @@ class Executor:
             if not running.claim.started and not await self._start_ahead(running):
                 self._not_started(running)
             else:
-                outcome = await self._attempt(running)
+                try:
+                    outcome = await self._attempt(running)
+                except GeneratorExit:
+                    # A GeneratorExit an async handler awaited from a future (a thread
+                    # of asyncio.to_thread that raised it): asyncio throws it in here,
+                    # at the task's outermost coroutine, and it closed _attempt on its
+                    # way down instead of reaching its except clauses (_ThreadRaised).
+                    outcome = self._failure(running, HandlerExit(
+                        f"task {running.claim.task!r} raised GeneratorExit: a handler "
+                        "cannot stop the worker"))
                 if outcome is not None and self._thread_runs(running):
                     outcome = await self._outlive(running, outcome)
                     outlived = True
@@ -220,9 +248,12 @@ class Executor:
             # The thread may outlive this call (a timeout, a lost claim): _execute
             # waits for it or leaves it its slot.
             running.thread = self._threads.submit(
-                contextvars.copy_context().run, task.func, *positional, **args
+                contextvars.copy_context().run, _in_thread, task.func, *positional, **args
             )
-            return await asyncio.wrap_future(running.thread)
+            try:
+                return await asyncio.wrap_future(running.thread)
+            except _ThreadRaised as raised:
+                raise raised.error from None  # raised here, it reaches _attempt
 
         call = chain(self.middlewares, running.context, call_handler)
         if task.timeout is None:
