@@ -196,6 +196,7 @@ class Queue:
         # The queues with a concurrency or rate limit, as last read: their completions
         # wake the fleet's workers, who may be waiting for the room they free.
         self.limited_queues: frozenset[str] = frozenset()
+        self.rated_queues: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
@@ -751,8 +752,19 @@ class Queue:
             (row,) = self._fetch("queue_flow_state")
             self._flow_controlled = row["controlled"] > 0
             self.limited_queues = frozenset(row["limited"])
+            self.rated_queues = frozenset(row["rated"])
             self._flow_read_at = now
         return self._flow_controlled
+
+    def serves_a_rate(self, queues: Iterable[str] | None) -> bool:
+        """Whether a claim of these queues (None: every queue) may take jobs of a
+        rate-limited queue. The flow claim logs a start for each job it claims, so such
+        jobs must start at once: claimed ahead, they would start later, in a burst that
+        passes the rate (docs/flow_control.md)."""
+        self._flow_is_on()
+        if queues is None:
+            return bool(self.rated_queues)
+        return not self.rated_queues.isdisjoint(queues)
 
     def notify_freed(
         self, claims: Sequence[Claim], *, taken: Sequence[Claim] = ()

@@ -286,13 +286,17 @@ SELECT * FROM __schema__.job_claim_flow(
 -- name: queue_flow_state
 -- What the claim needs to know, cheaply: whether any queue is paused or limited (then
 -- claims go through job_claim_flow), and which are limited (their completions wake the
--- fleet, since a finished job frees room that another worker may be waiting for).
+-- fleet, since a finished job frees room that another worker may be waiting for), and
+-- which have a rate (the claim logs their jobs' starts, so a worker claims none ahead).
 SELECT count(*) AS controlled,
        coalesce(array_agg(name ORDER BY name) FILTER (
            WHERE NOT paused AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
                                  OR key_concurrency IS NOT NULL
                                  OR key_rate_limit IS NOT NULL)),
-           '{}') AS limited
+           '{}') AS limited,
+       coalesce(array_agg(name ORDER BY name) FILTER (
+           WHERE NOT paused AND (rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)),
+           '{}') AS rated
 FROM __schema__.queues
 WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
    OR key_concurrency IS NOT NULL OR key_rate_limit IS NOT NULL;

@@ -70,6 +70,8 @@ class Producer:
                 await self._until(self.held.heartbeat_ok, self.poll_interval)
                 continue
             free = self.held.free_slots()
+            if self.held.claim_ahead and await self._serves_a_rate():
+                free = min(free, self.held.starting_now())
             if free <= 0:
                 self.held.slot_free.clear()
                 await self._until(self.held.slot_free)
@@ -106,6 +108,17 @@ class Producer:
                     # A rate-limited queue is full: sleep until its next start is due.
                     poll = min(poll, batch.next_slot_in)
                 await self._until(self.wakeup, poll)
+
+    async def _serves_a_rate(self) -> bool:
+        """Whether a rate-limited queue is among this worker's: its jobs are claimed
+        only into free slots, never ahead. A failed read claims as if it were (the
+        claim's own error handling then takes over)."""
+        try:
+            return await self.queue.serves_a_rate(self.queues)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            return True
 
     def _finished(self) -> list[uuid.UUID] | None:
         """The tokens of jobs whose handlers ended and whose outcomes are not written
