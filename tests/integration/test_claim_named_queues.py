@@ -122,8 +122,10 @@ def test_generic_plan_of_a_named_queue_claim_skips_the_backlog(
     assert {n.get("Index Name") for n in reads} == {"jobs_queue_claimable"}, reads
     assert sum(n.get("Rows Removed by Filter", 0) for n in reads) == 0, reads
     assert sum(n["Actual Rows"] for n in reads) <= 10 * len(queues), reads
+    # A page per row taken plus the index's descent: 10 to 13 a queue (PostgreSQL 18
+    # counts a few more than 15); the backlog behind it would cost thousands.
     pages = sum(n["Shared Hit Blocks"] + n["Shared Read Blocks"] for n in reads)
-    assert pages <= 10 * len(queues), reads
+    assert pages <= 25 * len(queues), reads
 
 
 def test_generic_plan_of_an_all_queue_claim_still_reads_jobs_claimable(
