@@ -64,9 +64,9 @@ def check_token(token: str) -> str:
     password anyone guesses, and it would unlock binding beyond this machine."""
     printable = all("!" <= c <= "~" for c in token)
     if len(token) < TOKEN_MINIMUM or not printable:
-        problem = (f"{len(token)} characters long" if printable
+        problem = (f"is {len(token)} characters long" if printable
                    else "holds whitespace or a character that is not printable ASCII")
-        raise ValueError(f"the dashboard token ({TOKEN_VARIABLE}) is weak: it is "
+        raise ValueError(f"the dashboard token ({TOKEN_VARIABLE}) is weak: it "
                          f"{problem}; a token must be {TOKEN_RULE}")
     return token
 
