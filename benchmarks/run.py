@@ -1,6 +1,6 @@
 """`make bench`: every case, every system, each run in a fresh database, in one command.
 
-    python -m benchmarks.run            # the full measurement (see README.md for its length)
+    python -m benchmarks.run            # the full measurement (its length: benchmarks/README.md)
     python -m benchmarks.run --quick    # a couple of minutes: checks that the harness works
 
 Each run is a child process (python -m benchmarks.case) on a database created for it and

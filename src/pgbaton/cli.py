@@ -1,8 +1,8 @@
 """The `pgbaton` command line.
 
 Over 400 lines on purpose: one short function per command of the one click group, read
-top to bottom like the CLI table of the README. Commands with a package of their own
-(doctor, dashboard, demo, lab) live there and are only registered here."""
+top to bottom like the command table of docs/reference/commands.md. Commands with a
+package of their own (doctor, dashboard, demo, lab) live there and are only registered here."""
 
 from __future__ import annotations
 

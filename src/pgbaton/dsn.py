@@ -1,7 +1,8 @@
 """Where pgbaton finds its database and schema, and how a DSN is shown without its secret.
 
-One order of sources serves the library, the worker and every command (README.md, "Where
-pgbaton finds its database"):
+One order of sources serves the library, the worker and every command
+(docs/reference/commands.md, "Where pgbaton finds its database"; and
+docs/reference/environment.md):
 
     DSN:    the explicit argument (--dsn, Queue(dsn)) > App(dsn=...) > PGBATON_DSN > DATABASE_URL
     schema: the explicit argument (--schema)        > App(schema=...) > PGBATON_SCHEMA > "pgbaton"

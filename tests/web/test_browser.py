@@ -4,7 +4,7 @@ Nothing downloads a browser: the binary and its driver are /usr/bin/chromium and
 /usr/bin/chromedriver (`apt-get install chromium chromium-driver`), given to Selenium
 explicitly, with Selenium Manager told to stay offline. Without them the tests skip.
 With PGBATON_SCREENSHOTS=DIR the overview and job screenshots are written there (the
-README's come from `PGBATON_SCREENSHOTS=docs/images pytest tests/web/test_browser.py`).
+docs' come from `PGBATON_SCREENSHOTS=docs/images pytest tests/web/test_browser.py`).
 """
 
 from __future__ import annotations
