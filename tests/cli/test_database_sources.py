@@ -181,3 +181,28 @@ def test_embedded_runs_only_when_asked_for(tmp_path, schema):
     assert "using the embedded PostgreSQL 18" in result.stderr
     assert "now at version" in result.stdout
     assert run("migrate", "--schema", schema, env=env).returncode == 1
+
+
+def test_connection_options_before_the_command(tmp_path, dsn, schema, queue):
+    """`pgbaton --dsn URL --schema S jobs` is `pgbaton jobs --dsn URL --schema S`; given
+    in both places the one after the command wins; a command without the option says so;
+    the worker counts them as typed (they beat the App's own DSN and schema)."""
+    job = queue.enqueue("t")
+    listed = run("--dsn", dsn, "--schema", schema, "jobs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [j["id"] for j in json.loads(listed.stdout)] == [job]
+    after_wins = run("--dsn", _unreachable(dsn), "--schema", "elsewhere",
+                     "jobs", "--json", "--dsn", dsn, "--schema", schema)
+    assert after_wins.returncode == 0, after_wins.stderr
+    assert [j["id"] for j in json.loads(after_wins.stdout)] == [job]
+    nested = run("--dsn", dsn, "--schema", schema, "queue", "show", "--json")
+    assert nested.returncode == 0, nested.stderr
+    refused = run("--embedded", "demo")
+    assert refused.returncode == 2 and "demo takes no --embedded" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+    spec = write_app(tmp_path, "app_far_away", dsn=_unreachable(dsn), schema="elsewhere")
+    enqueued = run("--dsn", dsn, "--schema", schema, "enqueue", "noop", "--app", spec,
+                   "--json", cwd=tmp_path)
+    assert enqueued.returncode == 0, enqueued.stderr
+    assert queue.get(json.loads(enqueued.stdout)["id"]) is not None
+    assert "--dsn, --schema and --embedded go before the command" in run("--help").stdout
