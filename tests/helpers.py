@@ -1,13 +1,15 @@
 """Small helpers shared by the tests: waiting on the database clock, reading rows,
-reading a child process's output."""
+reading a child process's output, running processes from one start line."""
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
 import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -93,3 +95,48 @@ class OutputLines:
         while (left := deadline - time.monotonic()) > 0 and self._take(left) is not None:
             pass
         return self.text
+
+
+SPAWN = multiprocessing.get_context("spawn")
+PROCESS_TIMEOUT_SECONDS = 90.0
+
+
+@dataclass
+class Ran:
+    """What processes run by run_at_once reported, and how they exited."""
+    reports: list[dict[str, Any]]
+    exit_codes: list[int | None]
+
+    @property
+    def errors(self) -> list[str]:
+        return [r["error"] for r in self.reports if "error" in r]
+
+
+def run_at_once(target: Callable[..., None], count: int, *args: Any) -> Ran:
+    """Start `count` spawned processes of target(index, *args, start, reports), where
+    `start` is a Barrier they meet at and `reports` a Queue each puts one dict on (with
+    "error" when it failed); wait for every report, then for every exit. A process
+    that never reports fails the test; one still alive at the end is killed."""
+    start = SPAWN.Barrier(count)
+    reports: multiprocessing.Queue[dict[str, Any]] = SPAWN.Queue()
+    processes = [SPAWN.Process(target=target, args=(i, *args, start, reports))
+                 for i in range(count)]
+    try:
+        for process in processes:
+            process.start()
+        results = []
+        for _ in processes:
+            try:
+                results.append(reports.get(timeout=2 * PROCESS_TIMEOUT_SECONDS))
+            except queue.Empty:
+                codes = [process.exitcode for process in processes]
+                raise AssertionError(
+                    f"a process never reported; exit codes {codes}") from None
+        for process in processes:
+            process.join(timeout=PROCESS_TIMEOUT_SECONDS)
+        return Ran(results, [process.exitcode for process in processes])
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()

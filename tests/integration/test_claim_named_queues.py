@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.synchronize
-import queue as stdlib_queue
 import re
 import traceback
 import uuid
@@ -26,6 +25,7 @@ from psycopg.rows import DictRow, dict_row
 
 import pgbaton
 from pgbaton import _sql
+from tests.helpers import run_at_once
 
 BACKLOG = 60_000
 SIDE_JOBS = 30
@@ -209,30 +209,9 @@ def test_processes_claiming_named_queues_take_each_job_once(queue, db, dsn, sche
         " SELECT CASE WHEN g % 2 = 0 THEN 'side' ELSE 'aside' END, 'mail', g % 7"
         " FROM generate_series(1, 400) AS g"
     )
-    start = SPAWN.Barrier(PROCESSES)
-    reports: multiprocessing.Queue[dict[str, Any]] = SPAWN.Queue()
-    processes = [
-        SPAWN.Process(target=_claimer, args=(i, dsn, schema, start, reports))
-        for i in range(PROCESSES)
-    ]
-    try:
-        for process in processes:
-            process.start()
-        results = []
-        for _ in processes:
-            try:
-                results.append(reports.get(timeout=2 * PROCESS_TIMEOUT_SECONDS))
-            except stdlib_queue.Empty:
-                raise AssertionError("a claimer never reported") from None
-        for process in processes:
-            process.join(timeout=PROCESS_TIMEOUT_SECONDS)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-    errors = [r["error"] for r in results if "error" in r]
-    assert not errors, "\n".join(errors)
+    ran = run_at_once(_claimer, PROCESSES, dsn, schema)
+    results = ran.reports
+    assert not ran.errors, "\n".join(ran.errors)
     assert sum(r["claimed"] for r in results) == 400
     assert db.execute(
         "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'done' AND attempts = 1)"

@@ -8,7 +8,6 @@ import datetime as dt
 import math
 import multiprocessing
 import multiprocessing.synchronize
-import queue as stdlib_queue
 import time
 import traceback
 from typing import Any
@@ -19,6 +18,7 @@ from psycopg.rows import DictRow
 
 import pgbaton
 from pgbaton import Batch, Callback
+from tests.helpers import run_at_once
 
 SPAWN = multiprocessing.get_context("spawn")
 PROCESS_TIMEOUT_SECONDS = 90.0
@@ -429,29 +429,9 @@ def test_two_movers_in_two_processes_share_fresh_partitions_without_failing(
         " finished_at = date_trunc('minute', now()) - interval '2 hours'"
         "               + (id % 40) * interval '1 minute' + interval '5 seconds'"
     )
-    start = SPAWN.Barrier(2)
-    reports: multiprocessing.Queue[dict[str, Any]] = SPAWN.Queue()
-    processes = [
-        SPAWN.Process(target=_mover, args=(i, dsn, schema, start, reports)) for i in range(2)
-    ]
-    try:
-        for process in processes:
-            process.start()
-        results = []
-        for _ in processes:
-            try:
-                results.append(reports.get(timeout=2 * PROCESS_TIMEOUT_SECONDS))
-            except stdlib_queue.Empty:
-                raise AssertionError("a mover never reported") from None
-        for process in processes:
-            process.join(timeout=PROCESS_TIMEOUT_SECONDS)
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-    errors = [r["error"] for r in results if "error" in r]
-    assert not errors, "\n".join(errors)
+    ran = run_at_once(_mover, 2, dsn, schema)
+    results = ran.reports
+    assert not ran.errors, "\n".join(ran.errors)
     assert sum(r["moved"] for r in results) == total
     assert all(r["batches"] > 0 for r in results), results  # both really moved
     assert db.execute(

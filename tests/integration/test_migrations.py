@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.synchronize
-import queue as stdlib_queue
 import traceback
 import uuid
 from typing import Any
@@ -16,6 +15,7 @@ from psycopg.rows import DictRow
 
 import pgbaton
 from pgbaton import _database, _sql
+from tests.helpers import run_at_once
 
 SPAWN = multiprocessing.get_context("spawn")
 # A spawned process imports psycopg and pgbaton afresh: seconds on a loaded 2-core machine.
@@ -192,31 +192,13 @@ def test_processes_migrating_one_fresh_schema_at_once_all_succeed(server_dsn, db
     exactly one applies each migration, and each is recorded once; three rounds."""
     processes_count = 4
     schemas = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(3)]
-    start = SPAWN.Barrier(processes_count)
-    reports: multiprocessing.Queue[dict[str, Any]] = SPAWN.Queue()
-    processes = [
-        SPAWN.Process(target=_migrate_in_rounds, args=(i, server_dsn, schemas, start, reports))
-        for i in range(processes_count)
-    ]
     try:
-        for process in processes:
-            process.start()
-        results = []
-        for _ in processes:
-            try:
-                results.append(reports.get(timeout=2 * PROCESS_TIMEOUT_SECONDS))
-            except stdlib_queue.Empty:
-                codes = [process.exitcode for process in processes]
-                raise AssertionError(f"a process never reported; exit codes {codes}") from None
-        for process in processes:
-            process.join(timeout=PROCESS_TIMEOUT_SECONDS)
-        assert [process.exitcode for process in processes] == [0] * processes_count
-
-        errors = [r["error"] for r in results if "error" in r]
-        assert not errors, "\n".join(errors)
+        ran = run_at_once(_migrate_in_rounds, processes_count, server_dsn, schemas)
+        assert ran.exit_codes == [0] * processes_count
+        assert not ran.errors, "\n".join(ran.errors)
         every_version = [m.version for m in _sql.migrations()]
         for schema in schemas:
-            outcomes = sorted((r["applied"][schema] for r in results), key=len)
+            outcomes = sorted((r["applied"][schema] for r in ran.reports), key=len)
             assert outcomes == [[]] * (processes_count - 1) + [every_version], schema
             rows = db.execute(
                 f'SELECT version, count(*) AS n FROM "{schema}".schema_version'  # type: ignore[arg-type]
@@ -224,10 +206,6 @@ def test_processes_migrating_one_fresh_schema_at_once_all_succeed(server_dsn, db
             ).fetchall()
             assert rows == [{"version": v, "n": 1} for v in every_version]
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
         for schema in schemas:
             db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
 
