@@ -1,7 +1,7 @@
 """pgbaton: a background-job queue that lives in PostgreSQL."""
 
 from ._sql import schema_sql, schema_version
-from .app import App, ContextTask, Deferral, Periodic, Task, TypedTask
+from .app import App, ContextTask, Deferral, EnqueueOptions, Periodic, Task, TypedTask
 from .context import JobContext
 from .dependencies import Batch, BatchInfo, Callback, Dependency
 from .errors import (
@@ -41,6 +41,7 @@ __all__ = [
     "ContextTask",
     "Deferral",
     "Dependency",
+    "EnqueueOptions",
     "Enqueued",
     "Event",
     "HistoryPartition",

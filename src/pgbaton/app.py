@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import difflib
 import functools
 import hashlib
 import importlib
@@ -26,7 +27,9 @@ from typing import (
     Generic,
     Literal,
     ParamSpec,
+    TypedDict,
     TypeVar,
+    Unpack,
     cast,
     overload,
 )
@@ -68,6 +71,35 @@ def register_worker_runner(runner: WorkerRunner) -> None:
 
 
 RetryPolicy = Callable[[int], float]
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """What a task's enqueue(), enqueue_async() and using() take besides the args and
+    conn=: Queue.enqueue's options (docs/howto/queue-api.md says what each does)."""
+
+    queue: str
+    priority: int
+    run_at: dt.datetime | None
+    delay: float | None
+    key: str | None
+    idempotency_key: str | None
+    max_attempts: int
+    after: Iterable[int] | None
+    after_failure: Literal["cancel", "run"]
+    limit_key: str | None
+
+
+def check_enqueue_options(task: str, options: Mapping[str, Any]) -> None:
+    """InvalidArgument naming an option no enqueue takes (a typo found at run time
+    rather than deep inside Queue.enqueue), with the nearest real one."""
+    for name in options:
+        if name not in EnqueueOptions.__optional_keys__:
+            near = difflib.get_close_matches(name, sorted(EnqueueOptions.__optional_keys__), 1)
+            hint = f"; did you mean {near[0]!r}?" if near else "."
+            raise InvalidArgument(
+                f"{task}: {name!r} is not an enqueue option{hint} The options are "
+                + ", ".join(sorted(EnqueueOptions.__optional_keys__)) + " and conn."
+            )
 KeyFunction = Callable[..., Any]
 
 P = ParamSpec("P")
@@ -175,9 +207,10 @@ class Task:
         return ", ".join(shown) or "no arguments"
 
     def job_options(
-        self, args: Mapping[str, Any] | None, options: dict[str, Any]
+        self, args: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> dict[str, Any]:
         """Queue.enqueue keywords for one job: the task's defaults, then the caller's."""
+        check_enqueue_options(self.name, options)
         merged: dict[str, Any] = {"queue": self.queue, "max_attempts": self.max_attempts}
         if self.key is not None and "key" not in options:
             merged["key"] = self.key(**(args or {})) if callable(self.key) else self.key
@@ -191,7 +224,7 @@ class Task:
         args: Mapping[str, Any] | None = None,
         *,
         conn: CallerConnection | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """Queue.enqueue for this task: same options (queue, priority, run_at, delay, key,
         idempotency_key, max_attempts) and conn= for the caller's transaction. The args
@@ -205,7 +238,7 @@ class Task:
         args: Mapping[str, Any] | None = None,
         *,
         conn: AsyncCallerConnection | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """AsyncQueue.enqueue for this task, with the same checks."""
         self.check_args(args)
@@ -267,10 +300,11 @@ class Deferrable(Task, Generic[P]):
         self,
         *,
         conn: CallerConnection | AsyncCallerConnection | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> Deferral[P]:
-        """Fix enqueue options (queue, priority, run_at, delay, key, idempotency_key,
-        max_attempts, conn) for a typed defer()."""
+        """Fix enqueue options (those of EnqueueOptions, and conn) for a typed defer();
+        an option no enqueue takes is refused here (InvalidArgument)."""
+        check_enqueue_options(self.name, options)
         return Deferral(self, {"conn": conn, **options})
 
     def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
@@ -764,7 +798,12 @@ def load_app(spec: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise ConfigurationError(f"cannot import {module_name!r}: {error}") from None
-    app = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        near = difflib.get_close_matches(attribute, [n for n in dir(module)
+                                                     if isinstance(getattr(module, n), App)], 1)
+        hint = f"; did you mean {module_name}:{near[0]}?" if near else ""
+        raise ConfigurationError(f"{module_name!r} has no attribute {attribute!r}{hint}")
+    app = getattr(module, attribute)
     if not isinstance(app, App):
         raise ConfigurationError(f"{spec!r} is not a pgbaton.App (found {type(app).__name__})")
     return app

@@ -82,6 +82,29 @@ def test_using_defers_in_the_callers_transaction(app, dsn, db):
     ]
 
 
+def test_a_misspelled_enqueue_option_is_named_and_nothing_is_written(app, db):
+    """`dealy=3` is refused where it is written, naming the option and the nearest real
+    one, by using(), enqueue() and enqueue_async() alike: no job."""
+    charge = app.tasks["charge"]
+    said = r"charge: 'dealy' is not an enqueue option; did you mean 'delay'\? The options"
+    with pytest.raises(pgbaton.InvalidArgument, match=said):
+        charge.using(dealy=3)  # type: ignore[call-arg]
+    with pytest.raises(pgbaton.InvalidArgument, match=said):
+        charge.enqueue({"customer_id": 1, "amount": 2}, dealy=3)  # type: ignore[call-arg]
+    refused = r"'colour' is not an enqueue option\. The options are after, "
+    with pytest.raises(pgbaton.InvalidArgument, match=refused):
+        charge.using(colour="red")  # type: ignore[call-arg]
+    assert job_rows(db, "id") == []
+
+
+async def test_a_misspelled_option_is_refused_on_the_async_path_too(app, db):
+    with pytest.raises(pgbaton.InvalidArgument, match="'prority' is not an enqueue option"):
+        await app.tasks["charge"].enqueue_async(
+            {"customer_id": 1, "amount": 2}, prority=1)  # type: ignore[call-arg]
+    await app.async_queue.close()
+    assert job_rows(db, "id") == []
+
+
 async def test_defer_async_goes_through_the_async_queue(app, db):
     """defer_async() enqueues through the App's AsyncQueue, with the same checks."""
     job_id = await app.tasks["charge"].defer_async(2, 10)

@@ -92,6 +92,8 @@ def test_schema_sql_prints_ddl_a_team_can_apply(dsn, schema, db):
         (("stats", "--dsn", "postgresql://u:secret@127.0.0.1:1/x"), 1, "cannot connect"),
         (("stats", "--schema", "Bad-Name"), 1, "schema name"),
         (("worker", "nosuchmodule:app"), 2, "cannot import"),
+        (("worker", "json:ap"), 2, "'json' has no attribute 'ap'"),
+        (("worker", "json:dumps"), 2, "is not a pgbaton.App (found function)"),
     ],
 )
 def test_bad_input_gets_one_clear_line_and_an_exit_code(dsn, args, code, message):

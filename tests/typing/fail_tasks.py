@@ -21,6 +21,8 @@ resize_image("not an int")  # E: arg-type
 resize_image.defer("not an int")  # E: arg-type
 resize_image.defer(imageid=7)  # E: call-arg
 resize_image.using(delay=5).defer(image_id="7")  # E: arg-type
+resize_image.using(dealy=3)  # E: call-arg
+resize_image.enqueue({"image_id": 7}, priority="high")  # E: arg-type
 send_receipt.defer(orderid=1)  # E: call-arg
 send_receipt(order_id=1)  # E: call-arg
 size: int = resize_image(7)  # E: assignment
