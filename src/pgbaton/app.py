@@ -70,7 +70,10 @@ def register_worker_runner(runner: WorkerRunner) -> None:
     _worker_runner = runner
 
 
-RetryPolicy = Callable[[int], float]
+RetryPolicy = Callable[[int], float | None]
+"""A task's retry=: the attempt number (1 for the first try) to the seconds to wait
+before the next one, or None for the default backoff (pgbaton.Backoff(): 1 s doubling,
+at most an hour, jittered). docs/howto/retries.md."""
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -671,7 +674,9 @@ class App:
         pass_context: bool = False,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, async def or plain def. Its job's args are its keyword
-        arguments; with pass_context=True a JobContext comes first."""
+        arguments; with pass_context=True a JobContext comes first. A job that raises is
+        tried again after retry(attempt) seconds (default: pgbaton.Backoff()) until it
+        has had max_attempts tries (docs/howto/retries.md)."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
