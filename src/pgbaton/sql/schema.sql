@@ -445,34 +445,6 @@ BEGIN
 END;
 $$;
 
--- The previous release's call, which starts every job it claims: one body for all.
-CREATE FUNCTION __schema__.job_claim_flow(
-    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
-    finished uuid[])
-RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
-               task text, args jsonb, key text, queue text, priority integer,
-               run_at timestamptz, lease_until timestamptz, idempotency_key text,
-               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
-LANGUAGE sql AS $$
-    SELECT f.id, f.claim_token, f.attempts, f.max_attempts, f.task, f.args, f.key, f.queue,
-           f.priority, f.run_at, f.lease_until, f.idempotency_key, f.created_at,
-           f.next_slot_at, f.meta
-    FROM __schema__.job_claim_flow(worker, wanted, lease, only_queues, only_tasks,
-                                   finished, wanted) AS f;
-$$;
-
--- The release before it, with no finished jobs either.
-CREATE FUNCTION __schema__.job_claim_flow(
-    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[])
-RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
-               task text, args jsonb, key text, queue text, priority integer,
-               run_at timestamptz, lease_until timestamptz, idempotency_key text,
-               created_at timestamptz, next_slot_at timestamptz, meta jsonb)
-LANGUAGE sql AS $$
-    SELECT * FROM __schema__.job_claim_flow(worker, wanted, lease, only_queues, only_tasks,
-                                            NULL::uuid[]);
-$$;
-
 -- Dependencies and batches (migration 5, docs/dependencies.md).
 
 -- Dependencies: which jobs wait for which. No foreign keys: they would add a check to
