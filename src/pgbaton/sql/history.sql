@@ -116,7 +116,9 @@ SELECT pg_advisory_xact_lock(
 
 -- name: history_partitions_expired
 -- The partitions whose whole range ended more than `retention` seconds ago, oldest first:
--- a partition goes only once its last possible job is past the retention.
+-- a partition goes only once its last possible job is past the retention. Read once
+-- before the drop takes its lock (most runs find none and stop there), then again
+-- under it.
 SELECT p.name
 FROM __schema__.jobs_history_partitions() AS p
 WHERE p.to_at < now() - make_interval(secs => %(retention)s::float8)
