@@ -42,7 +42,7 @@ def _in_schema(text: str, schema: str) -> str:
 
 
 QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "testing.sql",
-               "dashboard.sql", "dependencies.sql")
+               "dashboard.sql", "dependencies.sql", "history.sql")
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from psycopg.rows import DictRow, dict_row, tuple_row
 from psycopg.types.json import JsonbLoader
 
 from . import _database_async as database
-from . import _sql, dependencies
+from . import _sql, dependencies, history
 from ._checks import (
     CopyRow,
     as_claim_list,
@@ -899,10 +899,25 @@ class AsyncQueue:
             "limit": check_limit(limit),
         }
         async with self._transaction(None) as conn:
+            await self._fetch("history_lock_share", None, conn)
             (ready,) = await self._fetch("history_prepare", params, conn)
-            if not ready["bins"]:
+            bins = ready["bins"]
+            if not bins:
                 return 0
-            (row,) = await self._fetch("job_archive", {**params, "bins": ready["bins"]}, conn)
+            width = dt.timedelta(seconds=params["width"])
+            overlap = {"bins": bins, "width": params["width"]}
+            covering = await self._fetch("history_partitions_overlapping", overlap, conn)
+            if history.gaps(bins, width, [(p["from_at"], p["to_at"]) for p in covering]):
+                await self._fetch("history_lock_create", None, conn)
+                # A fresh look, under the lock: another mover may have created them.
+                covering = await self._fetch("history_partitions_overlapping", overlap, conn)
+                covered = [(p["from_at"], p["to_at"]) for p in covering]
+                for from_at, to_at in history.gaps(bins, width, covered):
+                    name = history.partition_name(from_at, to_at)
+                    for ddl in ("history_partition_create_ddl", "history_partition_attach_ddl"):
+                        statement = history.partition_ddl(self._sql[ddl], name, from_at, to_at)
+                        await conn.execute(statement, prepare=False)
+            (row,) = await self._fetch("job_archive", {**params, "bins": bins}, conn)
             return int(row["moved"])
 
     async def drop_history(self, *, retention: float) -> int:
@@ -915,8 +930,28 @@ class AsyncQueue:
             "lock_wait": check_seconds("history_lock_wait", self.history_lock_wait,
                                        positive=True),
         }
-        rows = await self._fetch("history_drop", params)
-        return sum(1 for row in rows if row["dropped"])
+        # A first look without the lock, which holds up every mover while it is waited
+        # for: most runs find nothing to drop.
+        if not await self._fetch("history_partitions_expired", params):
+            return 0
+        dropped = 0
+        try:
+            async with self._transaction(None) as conn:
+                await self._fetch("history_lock_wait_set", params, conn)
+                await self._fetch("history_lock_take", None, conn)
+                for row in await self._fetch("history_partitions_expired", params, conn):
+                    statement = history.partition_ddl(
+                        self._sql["history_partition_drop_ddl"], row["name"]
+                    )
+                    try:
+                        async with conn.transaction():
+                            await conn.execute(statement, prepare=False)
+                    except psycopg.errors.LockNotAvailable:
+                        break  # this one and the later ones wait for the next call
+                    dropped += 1
+        except psycopg.errors.LockNotAvailable:
+            return 0  # a mover held the history lock past history_lock_wait
+        return dropped
 
     async def vacuum(self, *, min_dead: int = 0, min_dead_share: float = 0.0) -> int:
         """VACUUM the jobs table once the statistics count at least `min_dead` dead row

@@ -140,8 +140,7 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
         "jobs_ended", "jobs_ended_by_delete", "jobs_notify_inserted", "jobs_wait_again",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
-        "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_drop",
-        "jobs_history_partition_create", "jobs_history_partitions", "jobs_history_prepare",
+        "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_partitions",
         "jobs_notify_inserted", "jobs_release_children", "jobs_wait_again",
     }
     # Migration 8's history table: partitioned, with no partition until a move.
