@@ -56,6 +56,7 @@ from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss, is_prepared_statement_mixup
+from .claim_marks import ClaimMarks
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .enqueue_hook import enqueue_span, meta_json
@@ -90,7 +91,7 @@ Pool = psycopg_pool.ConnectionPool[database.PooledConnection]
 def _claim_params(
     worker_id: str, limit: int, lease: float, queues: Iterable[str] | None,
     tasks: Iterable[str] | None, *, finished: Iterable[uuid.UUID] | None = None,
-    starting: int | None = None,
+    starting: int | None = None, after: str | None = None,
 ) -> dict[str, Any]:
     limit = check_limit(limit)
     return {
@@ -102,6 +103,7 @@ def _claim_params(
         "finished": check_tokens("finished", finished),
         "starting": limit if starting is None else min(
             check_int4("starting", starting, minimum=0), limit),
+        "after": after,  # job_claim_many's marks (claim_marks.py)
     }
 
 
@@ -193,6 +195,7 @@ class Queue:
         self._schema_checked = False
         self._flow_controlled = False
         self._flow_read_at = -math.inf
+        self._claim_marks = ClaimMarks()
         # The queues with a concurrency or rate limit, as last read: their completions
         # wake the fleet's workers, who may be waiting for the room they free.
         self.limited_queues: frozenset[str] = frozenset()
@@ -733,14 +736,24 @@ class Queue:
         params = _claim_params(worker_id, limit, lease, queues, tasks, finished=finished,
                                starting=starting)
         statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
+        plain = statement == "job_claim_many"
         for _ in range(3):
+            if plain:
+                params["after"] = self._claim_marks.after(params["queues"], params["tasks"])
+            began = time.monotonic()
             try:
                 columns, rows = self._fetch_tuples(statement, params)
             except psycopg.errors.UniqueViolation:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
                 continue
-            return _claim_batch(columns, rows)
+            batch = _claim_batch(columns, rows)
+            if plain:
+                self._claim_marks.claimed(
+                    params["queues"], params["tasks"], after=params["after"],
+                    limit=params["limit"], claims=batch.claims,
+                    seconds=time.monotonic() - began)
+            return batch
         return ClaimBatch([])
 
     def _flow_is_on(self) -> bool:
