@@ -83,6 +83,9 @@ Row = dict[str, Any]
 # statement): a setting made elsewhere reaches this queue's claims within this time,
 # and until then its jobs are only held back (docs/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
+# How long a COPY batch whose connection was lost waits for the backend that ran it to
+# end, so that whether it was written can be told (_copy_outcome).
+COPY_OUTCOME_WAIT_SECONDS = 5.0
 Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
 
 
@@ -586,15 +589,51 @@ class AsyncQueue:
     ) -> list[int]:
         """A large batch by COPY: the ids (and now()) first, then every row in one COPY
         statement, all or nothing. A savepoint in the caller's transaction; on a pooled
-        connection a transaction only when some job's run_at is reckoned from now()."""
+        connection a transaction only when some job's run_at is reckoned from now().
+        On its own connection, a lost connection's outcome is found out (_copy_outcome)."""
         scheduled = any(row[4] is not None or row[5] for row in rows)
-        if conn is None and not scheduled:
-            # The table's defaults give every job the COPY's own now(), as the INSERT's
-            # transaction gives it: two round trips fewer than BEGIN ... COMMIT.
-            async with self._connection() as pooled:
-                return await self._copy_rows(rows, meta, scheduled, pooled)
-        async with self._transaction(conn) as held:
-            return await self._copy_rows(rows, meta, scheduled, held)
+        if conn is not None:
+            async with self._transaction(conn) as held:
+                return await self._copy_rows(rows, meta, scheduled, held)
+        sent: list[Any] = []
+        try:
+            if not scheduled:
+                # The table's defaults give every job the COPY's own now(), as the
+                # INSERT's transaction gives it: two round trips fewer than BEGIN ... COMMIT.
+                async with self._connection() as pooled:
+                    return await self._copy_rows(rows, meta, scheduled, pooled, sent)
+            async with self._transaction(None) as held:
+                return await self._copy_rows(rows, meta, scheduled, held, sent)
+        except ConnectionFailed as error:
+            return await self._copy_outcome(error, sent)
+
+    async def _copy_outcome(self, error: ConnectionFailed, sent: list[Any]) -> list[int]:
+        """The connection of a COPY batch was lost: its ids if it was written after all;
+        else the error, with `written` False when none of it was (a retry is safe) and
+        None when that cannot be found out. The reserved ids tell: they are the batch's
+        alone, and one statement writes all or none of them, once the backend that ran
+        it has ended (its commit may still be under way until then)."""
+        if not sent:
+            error.written = False
+            error.add_note("nothing of the batch was written: a retry is safe")
+            raise error
+        ids, pid = sent
+        deadline = time.monotonic() + COPY_OUTCOME_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                (row,) = await self._fetch("job_ids_written", {"ids": ids, "pid": pid})
+            except ConnectionFailed:
+                break
+            if row["written"] == len(ids):
+                return cast(list[int], ids)
+            if row["written"] == 0:
+                error.written = False
+                error.add_note(f"none of the {len(ids)} jobs was written: a retry is safe")
+                raise error
+            await asyncio.sleep(0.1)
+        error.add_note(f"whether the {len(ids)} jobs (ids {ids[0]} to {ids[-1]}) were "
+                       "written is not known: look for them before enqueueing them again")
+        raise error
 
     async def _copy_rows(
         self,
@@ -602,9 +641,13 @@ class AsyncQueue:
         meta: str | None,
         scheduled: bool,
         conn: psycopg.AsyncConnection[Any],
+        sent: list[Any] | None = None,
     ) -> list[int]:
+        """`sent`: filled with the reserved ids and the connection's backend pid."""
         (reserved,) = await self._fetch("job_ids_reserve", {"count": len(rows)}, conn)
         ids: list[int] = reserved["ids"]
+        if sent is not None:
+            sent[:] = [ids, conn.info.backend_pid]
         statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
         async with conn.cursor() as cursor, cursor.copy(statement) as copy:
             for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):

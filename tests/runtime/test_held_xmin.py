@@ -166,8 +166,10 @@ def explain_claim(dsn: str, schema: str, after: str | None) -> tuple[str, int]:
 
 def run_cell(
     dsn: str, schema: str, start_worker: Callable[..., WorkerProcess],
-    hold: Callable[[], Any],
+    hold: Callable[[], Any], *, dead_head: bool,
 ) -> tuple[list[Sample], str]:
+    """`dead_head`: whether the hold keeps one horizon all along (the readers' snapshots
+    move on with each scan, so scans mark the head's entries dead and it stays short)."""
     worker = start_worker("--concurrency", "32")
     producer = Producer(dsn, schema)
     samples: list[Sample] = []
@@ -221,7 +223,9 @@ def run_cell(
         assert scalar(db, "SELECT count(*) FROM jobs WHERE task = 'noop'") == producer.sent
     worker.stop()
     # The claim past its mark does not read the dead head; from the head it does.
-    assert marked < 200 and head > marked, plan
+    assert marked < 200, plan
+    if dead_head:
+        assert head > 5 * marked, plan
     return samples, plan
 
 
@@ -236,11 +240,11 @@ def check(samples: list[Sample], plan: str) -> None:
 
 
 def test_a_held_xmin_does_not_collapse_the_claim(dsn: str, app_schema: str, start_worker):
-    samples, plan = run_cell(dsn, app_schema, start_worker, lambda: held_xmin(dsn))
+    samples, plan = run_cell(dsn, app_schema, start_worker, lambda: held_xmin(dsn), dead_head=True)
     check(samples, plan)
 
 
 def test_scanning_readers_do_not_collapse_the_claim(dsn: str, app_schema: str, start_worker):
     samples, plan = run_cell(dsn, app_schema, start_worker,
-                             lambda: scanning_readers(dsn, app_schema))
+                             lambda: scanning_readers(dsn, app_schema), dead_head=False)
     check(samples, plan)

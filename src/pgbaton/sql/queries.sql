@@ -113,6 +113,13 @@ COPY __schema__.jobs
     (id, queue, task, args, priority, run_at, key, max_attempts, meta, limit_key)
 FROM STDIN;
 
+-- name: job_ids_written
+-- After a COPY batch lost its connection: how many of its reserved ids were written, or
+-- NULL while the backend that ran it has not ended (its commit may still come).
+SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %(pid)s) THEN NULL
+            ELSE (SELECT count(*) FROM __schema__.jobs WHERE id = ANY(%(ids)s::bigint[]))
+       END AS written;
+
 -- name: job_ids_by_task_idempotency_key
 SELECT j.task, j.idempotency_key, j.id
 FROM unnest(%(tasks)s::text[], %(keys)s::text[]) AS wanted(task, idempotency_key)
