@@ -142,7 +142,8 @@ class AsyncQueue:
     Connections come from a small pool, opened on first use after checking that the
     server is reachable, new enough, and migrated to this version of pgbaton, and
     (prepare=None) whether the DSN goes through a transaction pool, where the pool's
-    connections then prepare no statements (docs/howto/pgbouncer.md).
+    connections then prepare no statements (docs/howto/pgbouncer.md). `connect_timeout`:
+    how long a call waits for a connection of the pool before ConnectionFailed (10 s).
 
     A Queue knows no tasks: it writes a job of any task name, and of any callback's
     (batch=), which waits until a worker whose App registers that task takes it. An
@@ -168,8 +169,13 @@ class AsyncQueue:
         events: Events | None = None,
         connection_provider: Callable[[], AsyncCallerConnection | None] | None = None,
         prepare: bool | None = None,
+        connect_timeout: float = database.CONNECT_TIMEOUT_SECONDS,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
+        # How long a call waits for a connection of the pool (and the pool's first one
+        # as it opens) before ConnectionFailed: during an outage, each call waits this.
+        self.connect_timeout = check_seconds("connect_timeout", connect_timeout,
+                                             positive=True)
         # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
         # connection whose transaction the job joins (a framework's current one), or
         # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
@@ -254,7 +260,7 @@ class AsyncQueue:
                 },
                 open=False,
             )
-            await pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
+            await pool.open(wait=True, timeout=self.connect_timeout)
             self._pool = pool
             return pool
 
@@ -277,7 +283,7 @@ class AsyncQueue:
             # enqueue-server-cost.md). putconn does what matters of it: a connection
             # left mid-statement or broken is replaced, one left in a transaction is
             # rolled back (no statement of pgbaton's leaves one).
-            conn = await pool.getconn(timeout=database.CONNECT_TIMEOUT_SECONDS)
+            conn = await pool.getconn(timeout=self.connect_timeout)
             try:
                 yield conn
             finally:

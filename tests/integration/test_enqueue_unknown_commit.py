@@ -51,3 +51,19 @@ def test_a_copy_batch_cut_off_mid_call_says_nothing_was_written(
     ids = queue.enqueue_many(jobs)
     assert len(ids) == JOBS
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": JOBS}
+
+
+def test_a_call_waits_for_a_connection_as_long_as_the_queue_says(dsn: str, schema: str):
+    """connect_timeout bounds each call's wait for a pooled connection: with the pool's
+    one connection taken, a call gives up after it with ConnectionFailed."""
+    with pgbaton.Queue(dsn, schema=schema, pool_size=1, connect_timeout=0.3) as queue:
+        queue.migrate()
+        with queue._connection():
+            with pytest.raises(ConnectionFailed, match=r"after 0\.30 sec"):
+                queue.enqueue("noop")
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), True, "10"])
+def test_a_bad_connect_timeout_is_refused(value: Any):
+    with pytest.raises(pgbaton.errors.InvalidArgument, match="connect_timeout"):
+        pgbaton.Queue("postgresql://nowhere/none", connect_timeout=value)
