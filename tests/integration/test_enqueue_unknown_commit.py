@@ -58,9 +58,8 @@ def test_a_call_waits_for_a_connection_as_long_as_the_queue_says(dsn: str, schem
     one connection taken, a call gives up after it with ConnectionFailed."""
     with pgbaton.Queue(dsn, schema=schema, pool_size=1, connect_timeout=0.3) as queue:
         queue.migrate()
-        with queue._connection():
-            with pytest.raises(ConnectionFailed, match=r"after 0\.30 sec"):
-                queue.enqueue("noop")
+        with queue._connection(), pytest.raises(ConnectionFailed, match=r"after 0\.30 sec"):
+            queue.enqueue("noop")
 
 
 @pytest.mark.parametrize("value", [0, -1, float("nan"), True, "10"])
