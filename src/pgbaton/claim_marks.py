@@ -4,26 +4,31 @@ Claimed jobs leave dead entries at the head of jobs_claimable (and of each queue
 in jobs_queue_claimable) until a VACUUM removes them; while a session holds an old
 snapshot none can, and every claim that starts at the head reads all of them. A claim
 reads from the head as it always has, unless one from the head took SLOW_HEAD_SECONDS
-or more and the claims since came back full (a backlog, behind a dead head): then each
-starts past the last job this queue object claimed from the same head (its mark:
-priority, run_at, id; per queue when the claim names queues), with a claim from the head
-at least every CLAIM_HEAD_SECONDS, and after any claim that came back short. Those take
-what became pending behind a mark: a job whose lease was reaped, a dependency's child,
-the next job of a key that was busy (docs/scaling.md, "A held xmin")."""
+or more (and four times this queue's quickest claim) and the claims since came back
+full (a backlog, behind a dead head): then each starts past the last job this queue
+object claimed from the same head (its mark: priority, run_at, id; per queue when the
+claim names queues), with a claim from the head at least every CLAIM_HEAD_SECONDS, and
+after any claim that came back short. Those take what became pending behind a mark: a
+job whose lease was reaped, a dependency's child, the next job of a key that was busy
+(docs/scaling.md, "A held xmin")."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .models import Claim
 
-# A claim from the head this slow (the round trip) means a long dead head, where the
-# claim from a mark pays: 50 ms is ten to fifty times a claim of a healthy table here.
+# A claim from the head this slow (the round trip), and four times the quickest claim
+# this queue object has made (a distant server's round trip is not a dead head), means
+# a long dead head, where the claim from a mark pays: 50 ms is ten to fifty times a
+# claim of a healthy table here.
 SLOW_HEAD_SECONDS = 0.05
+SLOW_HEAD_TIMES_QUICKEST = 4.0
 # How long a job that became pending behind a mark (an enqueue that committed late, a
 # row another claim locked and let go, a keyed job whose key was busy) may wait at most
 # for a claim that reads the index from its head, whose cost is every dead entry there.
@@ -51,6 +56,7 @@ class ClaimMarks:
 
     def __init__(self, slow_head: float = SLOW_HEAD_SECONDS) -> None:
         self.slow_head = slow_head
+        self._quickest = math.inf  # the quickest claim's round trip so far
         self._marks: dict[ClaimKind, _Marks] = {}
 
     def after(self, queues: Sequence[str] | None, tasks: Sequence[str] | None) -> str | None:
@@ -79,11 +85,13 @@ class ClaimMarks:
         """Move the marks to the last of these claims (in claim order), per queue when
         the claim named queues. `after`: the claim's parameter; `limit`: how many it
         asked for; `seconds`: how long it took."""
+        self._quickest = min(self._quickest, seconds)
         marks = self._marks.get(_kind(queues, tasks))
         if marks is None:
             return
         if after is None:
-            marks.slow = seconds >= self.slow_head
+            marks.slow = not self.slow_head or seconds >= max(
+                self.slow_head, SLOW_HEAD_TIMES_QUICKEST * self._quickest)
         marks.full = len(claims) >= limit
         for claim in claims:
             if claim.run_at is None:
