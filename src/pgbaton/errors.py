@@ -43,7 +43,12 @@ class IdempotencyKeyTaken(InvalidArgument):
 
 
 class ConnectionFailed(PgbatonError):
-    """The PostgreSQL server could not be reached or closed the connection."""
+    """The PostgreSQL server could not be reached or closed the connection. `written`:
+    False when pgbaton made sure that nothing of the call was written, so a retry is
+    safe (enqueue_many's batches by COPY on its own connections); None when it does not
+    know (docs/reliability.md, "An enqueue whose commit is unknown")."""
+
+    written: bool | None = None
 
 
 class ServerTooOld(PgbatonError):

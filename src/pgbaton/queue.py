@@ -56,6 +56,7 @@ from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss, is_prepared_statement_mixup
+from .claim_marks import ClaimMarks
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
 from .enqueue_hook import enqueue_span, meta_json
@@ -84,13 +85,16 @@ Row = dict[str, Any]
 # statement): a setting made elsewhere reaches this queue's claims within this time,
 # and until then its jobs are only held back (docs/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
+# How long a COPY batch whose connection was lost waits for the backend that ran it to
+# end, so that whether it was written can be told (_copy_outcome).
+COPY_OUTCOME_WAIT_SECONDS = 5.0
 Pool = psycopg_pool.ConnectionPool[database.PooledConnection]
 
 
 def _claim_params(
     worker_id: str, limit: int, lease: float, queues: Iterable[str] | None,
     tasks: Iterable[str] | None, *, finished: Iterable[uuid.UUID] | None = None,
-    starting: int | None = None,
+    starting: int | None = None, after: str | None = None,
 ) -> dict[str, Any]:
     limit = check_limit(limit)
     return {
@@ -102,6 +106,7 @@ def _claim_params(
         "finished": check_tokens("finished", finished),
         "starting": limit if starting is None else min(
             check_int4("starting", starting, minimum=0), limit),
+        "after": after,  # job_claim_many's marks (claim_marks.py)
     }
 
 
@@ -139,7 +144,8 @@ class Queue:
     Connections come from a small pool, opened on first use after checking that the
     server is reachable, new enough, and migrated to this version of pgbaton, and
     (prepare=None) whether the DSN goes through a transaction pool, where the pool's
-    connections then prepare no statements (docs/howto/pgbouncer.md).
+    connections then prepare no statements (docs/howto/pgbouncer.md). `connect_timeout`:
+    how long a call waits for a connection of the pool before ConnectionFailed (10 s).
 
     A Queue knows no tasks: it writes a job of any task name, and of any callback's
     (batch=), which waits until a worker whose App registers that task takes it. An
@@ -165,8 +171,13 @@ class Queue:
         events: Events | None = None,
         connection_provider: Callable[[], CallerConnection | None] | None = None,
         prepare: bool | None = None,
+        connect_timeout: float = database.CONNECT_TIMEOUT_SECONDS,
     ) -> None:
         self.dsn = resolve_dsn(dsn)
+        # How long a call waits for a connection of the pool (and the pool's first one
+        # as it opens) before ConnectionFailed: during an outage, each call waits this.
+        self.connect_timeout = check_seconds("connect_timeout", connect_timeout,
+                                             positive=True)
         # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
         # connection whose transaction the job joins (a framework's current one), or
         # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
@@ -193,6 +204,7 @@ class Queue:
         self._schema_checked = False
         self._flow_controlled = False
         self._flow_read_at = -math.inf
+        self._claim_marks = ClaimMarks()
         # The queues with a concurrency or rate limit, as last read: their completions
         # wake the fleet's workers, who may be waiting for the room they free.
         self.limited_queues: frozenset[str] = frozenset()
@@ -250,7 +262,7 @@ class Queue:
                 },
                 open=False,
             )
-            pool.open(wait=True, timeout=database.CONNECT_TIMEOUT_SECONDS)
+            pool.open(wait=True, timeout=self.connect_timeout)
             self._pool = pool
             return pool
 
@@ -273,7 +285,7 @@ class Queue:
             # enqueue-server-cost.md). putconn does what matters of it: a connection
             # left mid-statement or broken is replaced, one left in a transaction is
             # rolled back (no statement of pgbaton's leaves one).
-            conn = pool.getconn(timeout=database.CONNECT_TIMEOUT_SECONDS)
+            conn = pool.getconn(timeout=self.connect_timeout)
             try:
                 yield conn
             finally:
@@ -585,15 +597,51 @@ class Queue:
     ) -> list[int]:
         """A large batch by COPY: the ids (and now()) first, then every row in one COPY
         statement, all or nothing. A savepoint in the caller's transaction; on a pooled
-        connection a transaction only when some job's run_at is reckoned from now()."""
+        connection a transaction only when some job's run_at is reckoned from now().
+        On its own connection, a lost connection's outcome is found out (_copy_outcome)."""
         scheduled = any(row[4] is not None or row[5] for row in rows)
-        if conn is None and not scheduled:
-            # The table's defaults give every job the COPY's own now(), as the INSERT's
-            # transaction gives it: two round trips fewer than BEGIN ... COMMIT.
-            with self._connection() as pooled:
-                return self._copy_rows(rows, meta, scheduled, pooled)
-        with self._transaction(conn) as held:
-            return self._copy_rows(rows, meta, scheduled, held)
+        if conn is not None:
+            with self._transaction(conn) as held:
+                return self._copy_rows(rows, meta, scheduled, held)
+        sent: list[Any] = []
+        try:
+            if not scheduled:
+                # The table's defaults give every job the COPY's own now(), as the
+                # INSERT's transaction gives it: two round trips fewer than BEGIN ... COMMIT.
+                with self._connection() as pooled:
+                    return self._copy_rows(rows, meta, scheduled, pooled, sent)
+            with self._transaction(None) as held:
+                return self._copy_rows(rows, meta, scheduled, held, sent)
+        except ConnectionFailed as error:
+            return self._copy_outcome(error, sent)
+
+    def _copy_outcome(self, error: ConnectionFailed, sent: list[Any]) -> list[int]:
+        """The connection of a COPY batch was lost: its ids if it was written after all;
+        else the error, with `written` False when none of it was (a retry is safe) and
+        None when that cannot be found out. The reserved ids tell: they are the batch's
+        alone, and one statement writes all or none of them, once the backend that ran
+        it has ended (its commit may still be under way until then)."""
+        if not sent:
+            error.written = False
+            error.add_note("nothing of the batch was written: a retry is safe")
+            raise error
+        ids, pid = sent
+        deadline = time.monotonic() + COPY_OUTCOME_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                (row,) = self._fetch("job_ids_written", {"ids": ids, "pid": pid})
+            except ConnectionFailed:
+                break
+            if row["written"] == len(ids):
+                return cast(list[int], ids)
+            if row["written"] == 0:
+                error.written = False
+                error.add_note(f"none of the {len(ids)} jobs was written: a retry is safe")
+                raise error
+            time.sleep(0.1)
+        error.add_note(f"whether the {len(ids)} jobs (ids {ids[0]} to {ids[-1]}) were "
+                       "written is not known: look for them before enqueueing them again")
+        raise error
 
     def _copy_rows(
         self,
@@ -601,9 +649,13 @@ class Queue:
         meta: str | None,
         scheduled: bool,
         conn: psycopg.Connection[Any],
+        sent: list[Any] | None = None,
     ) -> list[int]:
+        """`sent`: filled with the reserved ids and the connection's backend pid."""
         (reserved,) = self._fetch("job_ids_reserve", {"count": len(rows)}, conn)
         ids: list[int] = reserved["ids"]
+        if sent is not None:
+            sent[:] = [ids, conn.info.backend_pid]
         statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
         with conn.cursor() as cursor, cursor.copy(statement) as copy:
             for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
@@ -733,14 +785,24 @@ class Queue:
         params = _claim_params(worker_id, limit, lease, queues, tasks, finished=finished,
                                starting=starting)
         statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
+        plain = statement == "job_claim_many"
         for _ in range(3):
+            if plain:
+                params["after"] = self._claim_marks.after(params["queues"], params["tasks"])
+            began = time.monotonic()
             try:
                 columns, rows = self._fetch_tuples(statement, params)
             except psycopg.errors.UniqueViolation:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
                 continue
-            return _claim_batch(columns, rows)
+            batch = _claim_batch(columns, rows)
+            if plain:
+                self._claim_marks.claimed(
+                    params["queues"], params["tasks"], after=params["after"],
+                    limit=params["limit"], claims=batch.claims,
+                    seconds=time.monotonic() - began)
+            return batch
         return ClaimBatch([])
 
     def _flow_is_on(self) -> bool:

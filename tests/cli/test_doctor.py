@@ -358,3 +358,29 @@ def test_other_sessions_statements_are_shown_without_literals(queue, db, dsn, sc
     assert secret not in json.dumps(report)
     assert secret not in text
     assert f"pid {pid} " in text
+
+
+def test_a_held_xmin_is_named_with_its_age_and_its_statement_without_literals(
+    queue, db, dsn, schema
+):
+    """The issue-27 holder, `BEGIN; SELECT txid_current()` left idle: old_transactions
+    names its pid, user and application, and its last statement with the literal gone."""
+    application = f"holder-{schema}"
+    with psycopg.connect(dsn, application_name=application) as holder:
+        holder.execute("SELECT txid_current(), 'a-secret-literal'")
+        pid = holder.info.backend_pid
+        wait_for_state(db, pid, "idle in transaction")
+
+        status, report, stderr = run_doctor(dsn, schema, "--max-transaction-age", "0")
+
+        assert status == 1, stderr
+        old = finding(report, "old_transactions")
+        assert old["status"] == "fail"
+        [session] = [s for s in old["data"]["sessions"] if s["pid"] == pid]
+        assert session["application_name"] == application
+        assert session["user"] == db.info.user
+        assert session["state"] == "idle in transaction"
+        assert "txid_current()" in session["last_query"]
+        assert "a-secret-literal" not in json.dumps(report)
+        assert any(f"pid {pid} {db.info.user}@" in line for line in old["evidence"])
+        assert "A held xmin" in old["advice"]

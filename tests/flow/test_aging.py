@@ -56,7 +56,7 @@ def test_the_claim_serves_aged_jobs_first_through_jobs_claimable(queue: pgbaton.
     [row] = db.execute(
         "EXPLAIN (FORMAT JSON) " + _sql.queries(queue.schema)["job_claim_many"],
         {"worker_id": "w", "limit": 10, "lease": 30.0, "queues": None, "tasks": None,
-         "starting": 10},
+         "starting": 10, "after": None},
         prepare=False,
     ).fetchall()
     _assert_served_by_jobs_claimable(row["QUERY PLAN"][0]["Plan"])

@@ -72,7 +72,7 @@ def _claim_params(
     """The parameters AsyncQueue.claim binds, with the types it binds them as."""
     return {
         "worker_id": "explainer", "limit": limit, "lease": 30.0, "queues": queues,
-        "tasks": tasks, "starting": limit,
+        "tasks": tasks, "starting": limit, "after": None,
     }
 
 

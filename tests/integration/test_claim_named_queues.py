@@ -83,7 +83,7 @@ def _explain_generic_claim(
 
     prepared = re.sub(r"%\((\w+)\)s", placeholder, query)
     params = {"worker_id": "explainer", "limit": limit, "lease": 30.0, "queues": queues,
-              "tasks": None, "starting": limit}
+              "tasks": None, "starting": limit, "after": None}
     execute = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim ({})").format(
         sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     )

@@ -407,7 +407,7 @@ def _claim_buffers(db: psycopg.Connection[Any], schema: str) -> int:
     """Pages the claim statement touches (EXPLAIN ANALYZE, rolled back)."""
     query = _sql.queries(schema)["job_claim_many"]
     params = {"worker_id": "explainer", "limit": 10, "lease": 30.0, "queues": None,
-              "tasks": None, "starting": 10}
+              "tasks": None, "starting": 10, "after": None}
     pages = []
     for _ in range(2):  # the second run, when the first has set what it sets once
         with db.transaction(force_rollback=True):

@@ -55,7 +55,7 @@ class PreviousRelease:
     def claim(self, worker_id: str, limit: int = 10, lease: float = 60.0) -> list[dict]:
         return self.run(
             "job_claim_many", worker_id=worker_id, limit=limit, lease=lease, queues=None,
-            tasks=None,
+            tasks=None, after=None,
         )
 
     def held(self, *claims: dict[str, Any], **extra: list[Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from .findings import Finding, Thresholds
 # every queue, as AsyncQueue.claim binds them.
 CLAIM_PARAMS: dict[str, Any] = {
     "worker_id": "pgbaton-doctor", "limit": 10, "lease": 30.0, "queues": None, "tasks": None,
-    "finished": None, "starting": 10,
+    "finished": None, "starting": 10, "after": None,
 }
 STATEMENT_TIMEOUT = "10s"
 LOCK_TIMEOUT = "3s"

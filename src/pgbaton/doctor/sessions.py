@@ -70,8 +70,9 @@ def old_transactions(inspection: Inspection) -> Finding:
     old_prepared = [r for r in prepared if r["prepared_seconds"] > limit]
     idle_slots = [r for r in slots if not r["active"]]
     evidence = [
-        f"pid {r['pid']} ({r['backend_type']}, application {r['application_name']!r}, "
-        f"{r['state']}): transaction open {age(r['transaction_seconds'])}"
+        f"pid {r['pid']} {r['user']}@{r['client_addr'] or 'local'} ({r['backend_type']}, "
+        f"application {r['application_name']!r}, {r['state']}): transaction open "
+        f"{age(r['transaction_seconds'])}"
         + (f", snapshot {r['xmin_age']} xids old" if r["xmin_age"] is not None else "")
         + (f", wrote {r['xid_age']} xids ago" if r["xid_age"] is not None else "")
         + f"; last statement: {without_literals(r['last_query'])}"
@@ -86,9 +87,13 @@ def old_transactions(inspection: Inspection) -> Finding:
     if sessions and not old_sessions:
         evidence[0] = "oldest snapshot: " + evidence[0]
     data = {"max_transaction_seconds": limit,
-            "sessions": [{"pid": r["pid"], "application_name": r["application_name"],
+            "sessions": [{"pid": r["pid"], "user": r["user"],
+                          "client_addr": r["client_addr"],
+                          "application_name": r["application_name"], "state": r["state"],
                           "transaction_seconds": r["transaction_seconds"],
-                          "xmin_age": r["xmin_age"]} for r in old_sessions],
+                          "xmin_age": r["xmin_age"],
+                          "last_query": without_literals(r["last_query"])}
+                         for r in old_sessions],
             "prepared": [r["gid"] for r in old_prepared],
             "inactive_slots": [r["slot_name"] for r in idle_slots]}
     if old_sessions or old_prepared:
@@ -100,8 +105,10 @@ def old_transactions(inspection: Inspection) -> Finding:
             f"{'holds' if len(holders) == 1 else 'hold'} back vacuum "
             f"({', '.join(holders)})", evidence,
             "while they are open VACUUM cannot remove the dead job rows that every claim "
-            "and completion leaves: commit or end them (SELECT pg_terminate_backend(pid); "
-            "COMMIT PREPARED or ROLLBACK PREPARED 'gid'), and keep transactions short",
+            "and completion leaves, and claims slow down as they pile up at the head of "
+            "the claim's index: commit or end them (SELECT pg_terminate_backend(pid); "
+            "COMMIT PREPARED or ROLLBACK PREPARED 'gid'), and keep transactions short "
+            "(docs/scaling.md, \"A held xmin\")",
             data,
         )
     if idle_slots:

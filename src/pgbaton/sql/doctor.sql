@@ -76,6 +76,7 @@ WHERE a.datname = current_database()
 SELECT a.pid,
        a.usename AS "user",
        a.application_name,
+       host(a.client_addr) AS client_addr,
        a.backend_type,
        a.state,
        extract(epoch FROM now() - a.xact_start)::float8 AS transaction_seconds,

@@ -113,6 +113,13 @@ COPY __schema__.jobs
     (id, queue, task, args, priority, run_at, key, max_attempts, meta, limit_key)
 FROM STDIN;
 
+-- name: job_ids_written
+-- After a COPY batch lost its connection: how many of its reserved ids were written, or
+-- NULL while the backend that ran it has not ended (its commit may still come).
+SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %(pid)s) THEN NULL
+            ELSE (SELECT count(*) FROM __schema__.jobs WHERE id = ANY(%(ids)s::bigint[]))
+       END AS written;
+
 -- name: job_ids_by_task_idempotency_key
 SELECT j.task, j.idempotency_key, j.id
 FROM unnest(%(tasks)s::text[], %(keys)s::text[]) AS wanted(task, idempotency_key)
@@ -145,6 +152,18 @@ LIMIT 1;
 -- jobs_queue_claimable hands over in order (an equality would make that order
 -- redundant, and the index choice the statistics'). Each named queue locks up to the
 -- limit and the best of them are claimed; the rest are let go at the commit.
+-- The mark (`after`, JSON: {"every": [priority, run_at, id], "queues": {name: [...]}}) is
+-- the last job this worker claimed from that head; NULL (as a rule) reads from the head.
+-- Claimed jobs leave their entries at the head of the index until a VACUUM removes
+-- them, and while some session holds an old snapshot (a held xmin) none can, nor can a
+-- scan mark them dead: every claim from the head reads every one, a heap fetch each.
+-- When that makes a claim slow and a backlog waits (claim_marks.py), a claim reads its
+-- priority from the mark on (the btree descends straight past the dead head), after the
+-- higher priorities from their head and before the lower ones; each part is read only
+-- as far as the LIMIT needs, so no row is locked that is not claimed. What became
+-- pending behind the mark (a reaped job, a dependency's child, the next job of a key
+-- that was busy) waits for the next claim from the head, at most a second away
+-- (docs/scaling.md, "A held xmin").
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
 -- same whatever the LIMIT (the head of an index, then the primary key), so the
 -- worker's connections keep one generic plan instead of planning every claim.
@@ -161,9 +180,24 @@ WITH candidate AS (
         SELECT array_agg(every.id)
         FROM (
             SELECT c.id
+            FROM (SELECT %(after)s::jsonb -> 'every' AS m) AS mark
+            -- Past the mark (see above): its priority's jobs after it, then the lower
+            -- priorities; the higher ones first, from their head. No mark: the whole index.
+            CROSS JOIN LATERAL (VALUES
+                ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
+                 0::bigint),
+                ((mark.m ->> 0)::bigint, (mark.m ->> 0)::bigint, (mark.m ->> 1)::timestamptz,
+                 (mark.m ->> 2)::bigint),
+                (-2147483648::bigint, coalesce((mark.m ->> 0)::bigint - 1, 2147483647),
+                 '-infinity'::timestamptz, 0::bigint)
+            ) AS part(low, high, after_run_at, after_id)
+            CROSS JOIN LATERAL (
+            SELECT c.id
             FROM __schema__.jobs AS c
             WHERE c.status = 'pending'
               AND c.run_at <= now()
+              AND c.priority >= part.low AND c.priority <= part.high
+              AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
               AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
               -- Paused and limited queues are job_claim_flow's (docs/flow_control.md): one
               -- read of the small queues table per claim, hashed, then a probe per row.
@@ -202,6 +236,9 @@ WITH candidate AS (
             ORDER BY c.priority DESC, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
+            ) AS c
+            WHERE part.low IS NOT NULL  -- no mark: one part, the whole index
+            LIMIT %(limit)s
         ) AS every)
     ELSE (
         SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.run_at, picked.id)
@@ -214,12 +251,25 @@ WITH candidate AS (
                            OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
                  ) AS wanted
             CROSS JOIN LATERAL (
+              SELECT c.id, c.priority, c.run_at
+              FROM (SELECT %(after)s::jsonb -> 'queues' -> wanted.name AS m) AS mark
+              CROSS JOIN LATERAL (VALUES  -- as in the `every` arm, with the queue's mark
+                  ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
+                   0::bigint),
+                  ((mark.m ->> 0)::bigint, (mark.m ->> 0)::bigint, (mark.m ->> 1)::timestamptz,
+                   (mark.m ->> 2)::bigint),
+                  (-2147483648::bigint, coalesce((mark.m ->> 0)::bigint - 1, 2147483647),
+                   '-infinity'::timestamptz, 0::bigint)
+              ) AS part(low, high, after_run_at, after_id)
+              CROSS JOIN LATERAL (
                 SELECT c.id, c.priority, c.run_at
                 FROM __schema__.jobs AS c
                 -- The range of one queue name, and jobs_queue_claimable's predicate.
                 WHERE c.queue >= wanted.name AND c.queue <= wanted.name AND c.queue <> ''
                   AND c.status = 'pending'
                   AND c.run_at <= now()
+                  AND c.priority >= part.low AND c.priority <= part.high
+                  AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
                   AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
                   AND (c.key IS NULL OR (
                         NOT EXISTS (
@@ -245,6 +295,9 @@ WITH candidate AS (
                 ORDER BY c.queue, c.priority DESC, c.run_at, c.id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
+              ) AS c
+              WHERE part.low IS NOT NULL
+              LIMIT %(limit)s
             ) AS named
             ORDER BY named.priority DESC, named.run_at, named.id
             LIMIT %(limit)s

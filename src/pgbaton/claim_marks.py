@@ -1,0 +1,113 @@
+"""Where a queue's next plain claim starts reading the claim index (no I/O).
+
+Claimed jobs leave dead entries at the head of jobs_claimable (and of each queue's range
+in jobs_queue_claimable) until a VACUUM removes them; while a session holds an old
+snapshot none can, and every claim that starts at the head reads all of them. A claim
+reads from the head as it always has, unless one from the head took SLOW_HEAD_SECONDS
+or more (and four times this queue's quickest claim) and the claims since came back
+full (a backlog, behind a dead head): then each starts past the last job this queue
+object claimed from the same head (its mark: priority, run_at, id; per queue when the
+claim names queues), with a claim from the head at least every CLAIM_HEAD_SECONDS, and
+after any claim that came back short. Those take what became pending behind a mark: a
+job whose lease was reaped, a dependency's child, the next job of a key that was busy
+(docs/scaling.md, "A held xmin")."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .models import Claim
+
+# A claim from the head this slow (the round trip), and four times the quickest claim
+# this queue object has made (a distant server's round trip is not a dead head), means
+# a long dead head, where the claim from a mark pays: 50 ms is ten to fifty times a
+# claim of a healthy table here.
+SLOW_HEAD_SECONDS = 0.05
+SLOW_HEAD_TIMES_QUICKEST = 4.0
+# How long a job that became pending behind a mark (an enqueue that committed late, a
+# row another claim locked and let go, a keyed job whose key was busy) may wait at most
+# for a claim that reads the index from its head, whose cost is every dead entry there.
+CLAIM_HEAD_SECONDS = 1.0
+# Distinct (queues, tasks) pairs whose marks a queue object keeps; past it, all go.
+MAX_MARKED_CLAIMS = 64
+
+Mark = tuple[int, dt.datetime, int]
+ClaimKind = tuple[tuple[str, ...] | None, tuple[str, ...] | None]
+
+
+@dataclass
+class _Marks:
+    head_at: float  # when this kind of claim last read from the head
+    slow: bool = False  # whether that read took SLOW_HEAD_SECONDS or more
+    full: bool = False  # whether the last claim took all it asked for
+    every: Mark | None = None
+    queues: dict[str, Mark] = field(default_factory=dict)
+
+
+class ClaimMarks:
+    """The marks of one queue object's claims, by the queues and tasks they name.
+    `slow_head`: SLOW_HEAD_SECONDS, or another threshold (0: always from a mark while
+    the claims come back full)."""
+
+    def __init__(self, slow_head: float = SLOW_HEAD_SECONDS) -> None:
+        self.slow_head = slow_head
+        self._quickest = math.inf  # the quickest claim's round trip so far
+        self._marks: dict[ClaimKind, _Marks] = {}
+
+    def after(self, queues: Sequence[str] | None, tasks: Sequence[str] | None) -> str | None:
+        """The claim's `after` parameter, or None to read from the head."""
+        kind = _kind(queues, tasks)
+        now = time.monotonic()
+        marks = self._marks.get(kind)
+        if marks is None:
+            if len(self._marks) >= MAX_MARKED_CLAIMS:
+                self._marks.clear()
+            self._marks[kind] = _Marks(head_at=now)
+            return None
+        if (not (marks.slow and marks.full) or now - marks.head_at >= CLAIM_HEAD_SECONDS
+                or (marks.every is None and not marks.queues)):
+            marks.head_at = now
+            return None
+        return json.dumps({
+            "every": None if marks.every is None else _encode(marks.every),
+            "queues": {name: _encode(mark) for name, mark in marks.queues.items()},
+        })
+
+    def claimed(
+        self, queues: Sequence[str] | None, tasks: Sequence[str] | None, *, after: str | None,
+        limit: int, claims: Sequence[Claim], seconds: float,
+    ) -> None:
+        """Move the marks to the last of these claims (in claim order), per queue when
+        the claim named queues. `after`: the claim's parameter; `limit`: how many it
+        asked for; `seconds`: how long it took."""
+        self._quickest = min(self._quickest, seconds)
+        marks = self._marks.get(_kind(queues, tasks))
+        if marks is None:
+            return
+        if after is None:
+            marks.slow = not self.slow_head or seconds >= max(
+                self.slow_head, SLOW_HEAD_TIMES_QUICKEST * self._quickest)
+        marks.full = len(claims) >= limit
+        for claim in claims:
+            if claim.run_at is None:
+                continue
+            mark = (claim.priority, claim.run_at, claim.id)
+            if queues is None:
+                marks.every = mark
+            else:
+                marks.queues[claim.queue] = mark
+
+
+def _kind(queues: Sequence[str] | None, tasks: Sequence[str] | None) -> ClaimKind:
+    return (None if queues is None else tuple(queues),
+            None if tasks is None else tuple(tasks))
+
+
+def _encode(mark: Mark) -> list[object]:
+    priority, run_at, job_id = mark
+    return [priority, run_at.isoformat(), job_id]

@@ -1,0 +1,95 @@
+"""The claim past a mark (claim_marks.py; docs/scaling.md, "A held xmin"): while claims
+from the head are slow and come back full, a queue's claim starts past the last job it
+claimed; higher priorities still come first, and a job that became pending behind the
+mark is taken by the claim from the head that follows a short claim. Under a held xmin
+the claim past its mark reads a handful of buffers where the claim from the head reads
+every dead entry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+import pgbaton
+from pgbaton import _sql
+from pgbaton.claim_marks import ClaimMarks
+
+
+def _always_past_marks(queue: pgbaton.Queue) -> None:
+    """Every claim from the head counts as slow, so full claims go past their marks."""
+    queue._claim_marks = ClaimMarks(slow_head=0.0)
+
+
+def test_claims_go_past_the_mark_higher_priorities_first_and_the_head_comes_back(
+    queue: pgbaton.Queue, db: psycopg.Connection[Any]
+):
+    _always_past_marks(queue)
+    queue.enqueue_many([{"task": "noop"} for _ in range(30)])
+    assert [c.id for c in queue.claim("w", limit=10)] == list(range(1, 11))
+
+    urgent = queue.enqueue("urgent", priority=5)
+    # The higher priority from its head first, then the mark's priority past the mark.
+    assert [c.id for c in queue.claim("w", limit=5)] == [urgent, 11, 12, 13, 14]
+
+    # Job 3 pending again behind the mark, as the reaper leaves an expired lease.
+    db.execute("UPDATE jobs SET status = 'pending', claim_token = NULL, lease_until = NULL,"
+               " started_at = NULL WHERE id = 3")
+    assert [c.id for c in queue.claim("w", limit=5)] == [15, 16, 17, 18, 19]
+    rest = queue.claim("w", limit=100)  # past the mark, and short: the backlog is gone
+    assert [c.id for c in rest] == list(range(20, 31))
+    # So the next claim reads from the head, and takes what waited behind the mark.
+    assert [c.id for c in queue.claim("w", limit=100)] == [3]
+    assert db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'pending'"
+                      ).fetchone() == {"n": 0}
+
+
+def test_a_plain_queue_claims_from_the_head_while_its_claims_are_fast(
+    queue: pgbaton.Queue, db: psycopg.Connection[Any]
+):
+    """Below SLOW_HEAD_SECONDS every claim reads from the head: a job behind the last
+    one claimed keeps its place in the claim order."""
+    queue.enqueue_many([{"task": "noop"} for _ in range(30)])
+    assert [c.id for c in queue.claim("w", limit=10)] == list(range(1, 11))
+    db.execute("UPDATE jobs SET status = 'pending', claim_token = NULL, lease_until = NULL,"
+               " started_at = NULL WHERE id = 3")
+    assert [c.id for c in queue.claim("w", limit=5)] == [3, 11, 12, 13, 14]
+
+
+def _claim_buffers(dsn: str, schema: str, after: str | None) -> int:
+    """Buffers the claim's candidate scan (its LockRows and below) touched."""
+    text = _sql.queries(schema)["job_claim_many"]
+    params = {"worker_id": "explain", "limit": 10, "lease": 30.0, "queues": None,
+              "tasks": None, "starting": 10, "after": after}
+    with psycopg.connect(dsn) as conn:
+        [[plan]] = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text,  # type: ignore[operator]
+            params).fetchall()
+        conn.rollback()
+    return sum(int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
+               for node in _nodes(plan[0]["Plan"]) if node["Node Type"] == "LockRows")
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def test_under_a_held_xmin_the_claim_past_its_mark_skips_the_dead_head(
+    queue: pgbaton.Queue, dsn: str, schema: str
+):
+    _always_past_marks(queue)
+    queue.enqueue_many([{"task": "noop"} for _ in range(5000)])
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT txid_current()")  # and the transaction stays open
+        for _ in range(40):
+            assert len(queue.claim("w", limit=100)) == 100
+        after = queue._claim_marks.after(None, None)
+        assert after is not None
+        past_mark = _claim_buffers(dsn, schema, after)
+        from_head = _claim_buffers(dsn, schema, None)
+        holder.rollback()
+    # 4,000 dead entries at the head: the claim from it reads the pages of their rows.
+    assert past_mark * 5 < from_head, (past_mark, from_head)
