@@ -13,6 +13,7 @@ from typing import Any
 
 from ._checks import check_text
 from .errors import InvalidArgument
+from .limits import INT8_MAX
 from .models import STATUSES
 
 MAX_TEXT = 200
@@ -58,19 +59,6 @@ class JobFilter:
 
     def is_empty(self) -> bool:
         return not any(self.params().values())
-
-
-# The states each operator action may move a job out of (the guards of its statements
-# in sql/queries.sql): count_matching counts with these.
-ACTION_STATUSES: dict[str, tuple[str, ...]] = {
-    "retry": ("failed", "cancelled"),
-    "cancel": ("pending", "running", "waiting"),
-    "delete": ("pending", "done", "failed", "cancelled", "waiting"),
-    "run_now": ("pending",),
-    "set_priority": ("pending",),
-}
-
-INT8_MAX = 2**63 - 1
 
 
 def check_upto(upto: int) -> int:

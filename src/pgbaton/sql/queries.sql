@@ -569,14 +569,18 @@ RETURNING id;
 -- name: job_retry
 -- A cancelled job whose handler may still run keeps that holder's token and lease, and
 -- becomes due when the holder lets go (job_release_many) or its lease runs out
--- (greatest() passes over a NULL lease): the job never runs twice at once.
-UPDATE __schema__.jobs
-SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
-    claim_token = CASE WHEN lease_until > now() THEN claim_token END,
-    lease_until = CASE WHEN lease_until > now() THEN lease_until END,
-    finished_at = NULL, worker_id = NULL
-WHERE id = %(id)s AND status IN ('failed', 'cancelled')
-RETURNING id;
+-- (greatest() passes over a NULL lease): the job never runs twice at once. The workers
+-- of its queue are woken, as job_retry_matching wakes them.
+WITH retried AS (
+    UPDATE __schema__.jobs
+    SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
+        claim_token = CASE WHEN lease_until > now() THEN claim_token END,
+        lease_until = CASE WHEN lease_until > now() THEN lease_until END,
+        finished_at = NULL, worker_id = NULL
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+    RETURNING id, queue
+)
+SELECT retried.id, pg_notify(%(channel)s, retried.queue) FROM retried;
 
 -- name: job_get
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,

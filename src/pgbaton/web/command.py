@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from .._cli_common import _queue, dsn_option, resolve_dsn, schema_option
+from ..actions import action_named
 from ..errors import ConfigurationError, PgbatonError
-from ..job_filter import ACTION_STATUSES
 
 MISSING_EXTRA = "the dashboard needs its extra: pip install 'pgbaton[web]'"
 
@@ -107,15 +107,14 @@ def add_bulk_form(command: click.Command, action: str) -> click.Command:
     """Give an operator command taking JOB_ID a bulk form on a filter: JOB_ID becomes
     optional, filter options are added, and with any of them the jobs are counted,
     the count shown, and (after a yes) exactly those are acted on."""
-    if action not in ACTION_STATUSES:
-        raise ValueError(f"unknown action {action!r}")
+    done = action_named(action).done
     for param in command.params:
         if isinstance(param, click.Argument):
             param.required = False
     command.params.extend(_FILTER_OPTIONS)
     command.help = (command.help or "") + (
         "\n\nWith filter options instead of JOB_ID, every job of the filter that can be "
-        f"{'retried' if action == 'retry' else 'cancelled'}: the count is shown first, "
+        f"{done}: the count is shown first, "
         "then asked (e.g. "
         + ("--status failed --task charge --since 10:00)." if action == "retry"
            else "--queue mail --task send_receipt).")
@@ -151,16 +150,14 @@ def _bulk(action: str, filters: dict[str, Any], yes: bool, dsn: str | None,
     except params.BadInput as error:
         raise click.BadParameter(str(error)) from None
     described = ", ".join(f"{name}={value}" for name, value in query.items() if value)
+    done = action_named(action).done
     with _queue(dsn, schema) as queue:
         count, upto = queue.count_matching(action, job_filter)
         click.echo(f"{count} job{'s' if count != 1 else ''} of {described} "
-                   f"can be {'retried' if action == 'retry' else 'cancelled'} now"
-                   + (f" (ids up to {upto})" if count else ""))
+                   f"can be {done} now" + (f" (ids up to {upto})" if count else ""))
         if not count:
             return
         if not yes and not click.confirm("Go ahead?", default=False):
             raise PgbatonError("nothing was changed")
-        method = queue.retry_matching if action == "retry" else queue.cancel_matching
-        changed = method(job_filter, upto=upto)
-    click.echo(f"{'retried' if action == 'retry' else 'cancelled'} {changed} "
-               f"job{'s' if changed != 1 else ''}")
+        changed = queue.act_matching(action, job_filter, upto=upto)
+    click.echo(f"{done} {changed} job{'s' if changed != 1 else ''}")

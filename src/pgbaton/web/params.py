@@ -7,21 +7,14 @@ import datetime as dt
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
+from ..actions import Action, action_of_word
 from ..errors import InvalidArgument
-from ..job_filter import ACTION_STATUSES, JobFilter
+from ..job_filter import JobFilter
+from ..limits import INT4_MAX, INT4_MIN, INT8_MAX
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
 FILTER_FIELDS = ("status", "queue", "task", "key", "q", "since", "until")
-# The dashboard's URL words for the actions (a bookmarkable path) -> the queue's names.
-ACTIONS = {
-    "retry": "retry",
-    "cancel": "cancel",
-    "delete": "delete",
-    "run-now": "run_now",
-    "priority": "set_priority",
-}
-assert set(ACTIONS.values()) == set(ACTION_STATUSES)
 
 
 class BadInput(ValueError):
@@ -102,14 +95,16 @@ def cursor(params: Mapping[str, str]) -> int | None:
     text = params.get("before")
     if text is None or text == "":
         return None
-    return whole_number("before", text, minimum=1, maximum=2**63 - 1)
+    return whole_number("before", text, minimum=1, maximum=INT8_MAX)
 
 
-def action(word: str) -> str:
-    if word not in ACTIONS:
-        raise BadInput(f"unknown action {word!r}: use one of {', '.join(ACTIONS)}")
-    return ACTIONS[word]
+def action(word: str) -> Action:
+    """The action of a URL word (/jobs/<id>/run-now, a bulk form's action=run-now)."""
+    try:
+        return action_of_word(word)
+    except InvalidArgument as error:
+        raise BadInput(str(error)) from None
 
 
 def priority(text: str | None) -> int:
-    return whole_number("priority", text, minimum=-(2**31), maximum=2**31 - 1)
+    return whole_number("priority", text, minimum=INT4_MIN, maximum=INT4_MAX)
