@@ -53,7 +53,7 @@ from ..doctor.findings import Thresholds, age, overall
 from ..doctor.inspection import Inspection
 from ..dsn import resolve_dsn
 from ..errors import ConnectionFailed, InvalidArgument
-from ..limits import INT8_MAX
+from ..limits import INT8_MAX, MAX_DASHBOARD_BODY
 from ..metrics import QueueCollector
 from ..queue_async import AsyncQueue
 from . import charts, params
@@ -73,12 +73,10 @@ from .store import Store
 logger = logging.getLogger("pgbaton.web")
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
-# Larger than any form of the dashboard by far; a body beyond it is refused unread.
-MAX_BODY = 64 * 1024
 
 
 class PayloadTooLarge(Exception):
-    """A request body beyond MAX_BODY."""
+    """A request body beyond MAX_DASHBOARD_BODY."""
 
 
 def _slow(_: Exception) -> str:
@@ -514,7 +512,7 @@ def create_app(
 class Gate:
     """Before any route (pages, /metrics, /healthz, static files): a Host the dashboard
     answers to, an unsafe method sent from its own origin, a body no larger than
-    MAX_BODY. A request with the bearer token is a script's: no origin to check."""
+    MAX_DASHBOARD_BODY. A request with the bearer token is a script's: no origin to check."""
 
     def __init__(self, app: ASGIApp, board: Dashboard) -> None:
         self.app = app
@@ -549,18 +547,18 @@ class Gate:
                 return board.refuse_before_routing(
                     request, 403, f"a cross-origin request is refused: {why}; nothing was changed")
         length = request.headers.get("content-length", "")
-        if length.isascii() and length.isdigit() and int(length) > MAX_BODY:
+        if length.isascii() and length.isdigit() and int(length) > MAX_DASHBOARD_BODY:
             return board.refuse_before_routing(request, 413, _too_large())
         return None
 
 
 def _too_large() -> str:
-    return (f"the request body is larger than {MAX_BODY // 1024} KiB, more than any form "
+    return (f"the request body is larger than {MAX_DASHBOARD_BODY // 1024} KiB, more than any form "
             "of the dashboard sends; nothing was changed")
 
 
 def _limited(receive: Receive) -> Receive:
-    """receive, raising PayloadTooLarge past MAX_BODY (a body sent without a length)."""
+    """receive, raising PayloadTooLarge past MAX_DASHBOARD_BODY (a body sent without a length)."""
     seen = 0
 
     async def limited() -> Message:
@@ -568,7 +566,7 @@ def _limited(receive: Receive) -> Receive:
         message = await receive()
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
-            if seen > MAX_BODY:
+            if seen > MAX_DASHBOARD_BODY:
                 raise PayloadTooLarge(_too_large())
         return message
 
