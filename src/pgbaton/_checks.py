@@ -24,6 +24,7 @@ from .limits import (
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
     MAX_SECONDS,
+    MAX_TYPED_DIGITS,
     MIN_HISTORY_PARTITION_SECONDS,
 )
 from .models import DEFAULT_BACKOFF, STATUSES, Claim
@@ -97,8 +98,6 @@ def check_ascii(what: str, text: str) -> str:
 
 _WHOLE = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-# More digits than any limit of pgbaton's needs; int() refuses past 4,300 with ValueError.
-_MAX_DIGITS = 30
 
 
 def parse_whole(what: str, text: str) -> int:
@@ -108,7 +107,7 @@ def parse_whole(what: str, text: str) -> int:
     if not _WHOLE.fullmatch(text.strip()):
         raise InvalidArgument(f"{what} must be a whole number, got {_brief(text)}")
     digits = text.strip().lstrip("+-").lstrip("0")
-    if len(digits) > _MAX_DIGITS:
+    if len(digits) > MAX_TYPED_DIGITS:
         raise InvalidArgument(f"{what} is out of range: {len(digits):,} digits")
     return int(text)
 

@@ -1,4 +1,5 @@
-"""Loads the named statements of sql/queries.sql and the numbered migrations."""
+"""Loads the named statements of sql/*.sql, with their shared fragments put in place,
+and the numbered migrations."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ SCHEMA_PLACEHOLDER = "__schema__"
 CHANNEL_PLACEHOLDER = "__channel__"  # the schema's NOTIFY channel, quoted
 _SCHEMA_NAME = re.compile(rf"^[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}$")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# A statement's header, or a fragment's: a piece of SQL several statements share (the
+# job filter), written once and put where a statement says __<fragment name>__.
+_HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
@@ -46,20 +50,49 @@ QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "testing.sql"
 
 
 @functools.cache
-def _raw_queries() -> dict[str, str]:
-    """Every named statement of the query files; a name may appear only once."""
-    found: dict[str, str] = {}
+def _sections() -> tuple[dict[str, str], dict[str, str]]:
+    """The statements and the fragments of the query files, each as written; a name may
+    appear only once."""
+    statements: dict[str, str] = {}
+    fragments: dict[str, str] = {}
     folder = resources.files("pgbaton").joinpath("sql")
     for file_name in QUERY_FILES:
         if not folder.joinpath(file_name).is_file():
             continue
-        parts = _QUERY_HEADER.split(_read(file_name))
-        # parts = [preamble, name1, body1, name2, body2, ...]
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in found:
+        parts = _HEADER.split(_read(file_name))
+        # parts = [preamble, kind1, name1, body1, kind2, name2, body2, ...]
+        for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+            if name in statements or name in fragments:
                 raise RuntimeError(f"query {name!r} is defined twice (again in {file_name})")
-            found[name] = body.strip()
-    return found
+            (statements if kind == "name" else fragments)[name] = body.strip()
+    return statements, fragments
+
+
+def fragment(name: str) -> str:
+    """A fragment as it is put in place: its SQL, without its comments, in parentheses."""
+    lines = [line for line in _sections()[1][name].splitlines()
+             if not line.lstrip().startswith("--")]
+    return "(" + "\n".join(lines) + ")"
+
+
+def _fill(body: str, fragments: dict[str, str]) -> str:
+    """The statement with each __<fragment>__ replaced, its lines indented to where
+    the hole was."""
+    def put(match: re.Match[str]) -> str:
+        column = match.start() - (body.rfind("\n", 0, match.start()) + 1)
+        return fragment(match[1]).replace("\n", "\n" + " " * column)
+
+    if not fragments:
+        return body
+    holes = re.compile(r"__(" + "|".join(map(re.escape, fragments)) + r")__")
+    return holes.sub(put, body)
+
+
+@functools.cache
+def _raw_queries() -> dict[str, str]:
+    """Every named statement of the query files, its fragments in place."""
+    statements, fragments = _sections()
+    return {name: _fill(body, fragments) for name, body in statements.items()}
 
 
 @functools.cache

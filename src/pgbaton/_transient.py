@@ -1,7 +1,14 @@
 """Which errors are worth retrying as they are: the worker's parts and the maintenance
-leader retry these with backoff and raise the rest."""
+leader retry these with backoff and raise the rest; when_reachable is the one loop
+that waits for a database that cannot be reached yet."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import psycopg
 
@@ -75,3 +82,40 @@ def is_prepared_statement_mixup(error: BaseException) -> bool:
     if sqlstate in _PREPARED_STATEMENT_SQLSTATES:
         return True
     return sqlstate == "08P01" and "prepared statement" in str(error)
+
+
+RECONNECT_FIRST_SECONDS = 0.5
+RECONNECT_MAX_SECONDS = 10.0
+T = TypeVar("T")
+
+
+async def when_reachable(
+    attempt: Callable[[], Awaitable[T]], timeout: float, logger: logging.Logger, *,
+    gave_up: Callable[[Exception], Exception] | None = None,
+) -> T:
+    """attempt()'s result; while the server cannot be reached (or goes away during the
+    attempt), attempt again with jittered backoff for up to `timeout` seconds, then raise
+    the last error (or gave_up(error), from it). Other errors are raised at once. The
+    one reconnect loop: the worker's start (worker/sessions.py) and `pgbaton worker`'s
+    wait for the database (cli/main.py) both use it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pause = RECONNECT_FIRST_SECONDS
+    while True:
+        try:
+            return await attempt()
+        except Exception as error:
+            if not is_unreachable(error):
+                raise
+            left = deadline - loop.time()
+            if left <= 0:
+                if gave_up is None:
+                    raise
+                raise gave_up(error) from error
+            wait = min(left, pause * random.uniform(0.75, 1.0))
+            logger.warning(
+                "cannot reach the database yet: %s; retrying in %.1f s", error, wait,
+                extra={"retry_in": round(wait, 3), "gives_up_in": round(left, 3)},
+            )
+            await asyncio.sleep(wait)
+            pause = min(pause * 2, RECONNECT_MAX_SECONDS)

@@ -19,6 +19,7 @@ from .limits import (
     MAX_CONCURRENCY,
     MAX_RATE_LIMIT,
     MAX_RATE_PERIOD_SECONDS,
+    MIN_AGING_SECONDS,
     MIN_RATE_PERIOD_SECONDS,
 )
 from .models import Claim
@@ -178,10 +179,11 @@ def check_aging(every: object, step: object, cap: object) -> Aging | None:
     if every is None:
         return None
     if isinstance(every, bool) or not isinstance(every, int | float) or not (
-        math.isfinite(every) and 1 <= every <= MAX_RATE_PERIOD_SECONDS
+        math.isfinite(every) and MIN_AGING_SECONDS <= every <= MAX_RATE_PERIOD_SECONDS
     ):
         raise InvalidArgument(
-            f"aging every must be 1 s to {MAX_RATE_PERIOD_SECONDS / 86400:g} days, "
+            f"aging every must be {MIN_AGING_SECONDS:g} s to "
+            f"{MAX_RATE_PERIOD_SECONDS / 86400:g} days, "
             f"got {every!r}"
         )
     if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= INT4_MAX:

@@ -1,21 +1,21 @@
 """JobFilter: which jobs an operator means ("failed jobs of task X since 10:00").
 
 The dashboard's job list, its bulk actions and the command line's bulk forms all take
-one. Its fields are the parameters of the filtered statements in sql/dashboard.sql and
-of the *_matching actions in sql/queries.sql; None means "any".
+one, read from what a person typed by filter_of. Its fields are the parameters of the
+job_filter fragment of the SQL (every statement that filters); None means "any".
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._checks import check_text
 from .errors import InvalidArgument
+from .limits import INT8_MAX, MAX_FILTER_TEXT
 from .models import STATUSES
-
-MAX_TEXT = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +43,8 @@ class JobFilter:
             if not isinstance(value, str) or not value:
                 raise InvalidArgument(f"{name} must be a non-empty string, got {value!r}")
             check_text(name, value)
-            if len(value) > MAX_TEXT:
-                raise InvalidArgument(f"{name} is longer than {MAX_TEXT} characters")
+            if len(value) > MAX_FILTER_TEXT:
+                raise InvalidArgument(f"{name} is longer than {MAX_FILTER_TEXT} characters")
         for name in ("since", "until"):
             value = getattr(self, name)
             if value is not None and (
@@ -60,21 +60,45 @@ class JobFilter:
         return not any(self.params().values())
 
 
-# The states each operator action may move a job out of (the guards of its statements
-# in sql/queries.sql): count_matching counts with these.
-ACTION_STATUSES: dict[str, tuple[str, ...]] = {
-    "retry": ("failed", "cancelled"),
-    "cancel": ("pending", "running", "waiting"),
-    "delete": ("pending", "done", "failed", "cancelled", "waiting"),
-    "run_now": ("pending",),
-    "set_priority": ("pending",),
-}
-
-INT8_MAX = 2**63 - 1
-
-
 def check_upto(upto: int) -> int:
     """The newest job id a bulk action may touch (0 when the filter matched nothing)."""
     if isinstance(upto, bool) or not isinstance(upto, int) or not 0 <= upto <= INT8_MAX:
         raise InvalidArgument(f"upto is a job id from 0 to {INT8_MAX}, got {upto!r}")
     return upto
+
+
+# A filter's fields as a person types them, in a form or as command-line options.
+FILTER_FIELDS = ("status", "queue", "task", "key", "text", "since", "until")
+
+
+def parse_time(name: str, text: str, now: dt.datetime | None = None) -> dt.datetime:
+    """An ISO 8601 date or time ("2026-12-01T10:00", "2026-12-01", with or without a zone)
+    or a time of day ("10:00": today); without a zone, this machine's local time."""
+    now = now or dt.datetime.now().astimezone()
+    text = text.strip()
+    try:
+        if len(text) <= 8 and ":" in text:
+            clock = dt.time.fromisoformat(text)
+            value = dt.datetime.combine(now.date(), clock)
+        else:
+            value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(
+            f"{name}={text!r} is not a time: use 10:00, 2026-12-01 or 2026-12-01T10:00+00:00"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=now.tzinfo)
+    return value
+
+
+def filter_of(fields: Mapping[str, str | None]) -> JobFilter:
+    """The filter of typed fields (FILTER_FIELDS; missing or blank means any), `since`
+    and `until` read by parse_time; InvalidArgument names what was wrong."""
+    values = {name: (fields.get(name) or "").strip() or None for name in FILTER_FIELDS}
+    since = values.pop("since")
+    until = values.pop("until")
+    return JobFilter(
+        **values,
+        since=parse_time("since", since) if since else None,
+        until=parse_time("until", until) if until else None,
+    )

@@ -51,7 +51,8 @@ EARLIEST_RUN_AT = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 MIN_HISTORY_PARTITION_SECONDS = 60
 MAX_HISTORY_PARTITION_SECONDS = 31 * 24 * 3600
 
-# priority, max_attempts and limit are PostgreSQL integers; job ids are bigints.
+# priority, max_attempts and limit are PostgreSQL integers; job ids (and a bulk
+# action's `upto`) are bigints.
 INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
 INT8_MAX = 2**63 - 1
 
@@ -69,3 +70,18 @@ MAX_RATE_LIMIT = 10_000
 MIN_RATE_PERIOD_SECONDS = 0.001
 MAX_RATE_PERIOD_SECONDS = 7 * 24 * 3600.0
 MAX_CONCURRENCY = 100_000
+# Aging (queue_set_aging): a pass at most once a second; at least as often as a week.
+MIN_AGING_SECONDS = 1.0
+
+# An operator's job filter (pgbaton.JobFilter): each text field is an equality or a
+# substring test on every row the statement reads, and nobody types more than this.
+MAX_FILTER_TEXT = 200
+
+# Numbers typed by a person (_checks.parse_whole): more digits than any limit here
+# needs, refused before int() spends time on them (it refuses past 4,300 itself).
+MAX_TYPED_DIGITS = 30
+
+# The dashboard (pgbaton.web): a page of the job list holds at most this many jobs, and
+# a request body larger than any of its forms by far is refused unread.
+MAX_DASHBOARD_PAGE = 500
+MAX_DASHBOARD_BODY = 64 * 1024

@@ -56,6 +56,7 @@ from ._decoding import JsonbBinaryLoader, claim_reader
 from ._encoding import error_json, to_json
 from ._sql import notify_channel
 from ._transient import is_connection_loss, is_prepared_statement_mixup
+from .actions import Action, action_named
 from .claim_marks import ClaimMarks
 from .dependencies import Batch, BatchInfo, Dependency
 from .dsn import merge_options, redact_dsn, resolve_dsn
@@ -76,7 +77,7 @@ from .flow import (
     parse_rate,
 )
 from .integrations.connections import CallerConnection, psycopg_connection
-from .job_filter import ACTION_STATUSES, JobFilter, check_upto
+from .job_filter import JobFilter, check_upto
 from .models import Claim, Enqueued, HistoryPartition, Job, QueueStats
 
 Row = dict[str, Any]
@@ -1077,15 +1078,12 @@ class Queue:
     def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; a running holder loses its claim, but the
         job's key stays held until that holder releases it or its lease runs out."""
-        cancelled = bool(self._fetch("job_cancel", {"id": check_job_id(job_id)}))
-        if cancelled and self.events.active:
-            self.events.emit(Event("job.cancelled", job_id=job_id))
-        return cancelled
+        return self.act("cancel", job_id)
 
     def retry(self, job_id: int) -> bool:
         """Send a failed or cancelled job back to pending with a fresh set of attempts;
         a cancelled job whose holder's lease has not run out waits for it first."""
-        return bool(self._fetch("job_retry", {"id": check_job_id(job_id)}))
+        return self.act("retry", job_id)
 
     def dependencies(self, job_id: int) -> list[Dependency]:
         """The jobs this job waits for (relation "parent") and those that wait for it
@@ -1133,56 +1131,81 @@ class Queue:
     # -- operator actions (the dashboard's and the command line's) -------------------
     # One job, or every job of a JobFilter up to the newest id the operator saw
     # counted (count_matching's `upto`): each an ordinary fenced statement that leaves
-    # alone a job no longer in a state the action may change.
+    # alone a job no longer in a state the action may change. The actions, their
+    # states and statements are one table, actions.ACTIONS.
+
+    def act(self, action: str, job_id: int, *, priority: int | None = None) -> bool:
+        """Do the operator action named `action` (retry, cancel, run_now, set_priority
+        or delete; set_priority takes `priority`) to one job: False when the job is
+        gone or not in a state the action may leave."""
+        chosen = action_named(action)
+        params = {"id": check_job_id(job_id), **self._action_params(chosen, priority)}
+        changed = bool(self._fetch(chosen.one, params))
+        if not changed and chosen.one_else is not None:
+            changed = bool(self._fetch(chosen.one_else, {"id": params["id"]}))
+        if changed and chosen.event is not None and self.events.active:
+            self.events.emit(Event(chosen.event, job_id=job_id))
+        return changed
+
+    def act_matching(
+        self, action: str, job_filter: JobFilter, *, upto: int, priority: int | None = None
+    ) -> int:
+        """Do the operator action named `action` to every job of the filter with an id
+        up to `upto` (count_matching's) that is in a state the action may leave; the
+        number of jobs changed."""
+        chosen = action_named(action)
+        params = {**self._matching(job_filter, upto), **self._action_params(chosen, priority)}
+        rows = self._fetch(chosen.matching, params)
+        return int(rows[0]["changed"]) if chosen.wakes else len(rows)
+
+    def _action_params(self, action: Action, priority: int | None) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if action.takes_priority:
+            # None is refused by check_int4, with the message the API always gave.
+            params["priority"] = check_int4("priority", cast(int, priority))
+        elif priority is not None:
+            raise InvalidArgument(f"{action.name} takes no priority")
+        if action.wakes:
+            params["channel"] = self.channel
+        return params
 
     def delete(self, job_id: int) -> bool:
         """Delete a job that is not running (a running one would lose its holder's work
         without telling it: cancel it first), or a done job moved to jobs_history."""
-        params = {"id": check_job_id(job_id)}
-        if self._fetch("job_delete", params):
-            return True
-        return bool(self._fetch("job_delete_archived", params))
+        return self.act("delete", job_id)
 
     def run_now(self, job_id: int) -> bool:
         """Make a scheduled pending job due now and wake its queue's workers."""
-        params = {"id": check_job_id(job_id), "channel": self.channel}
-        return bool(self._fetch("job_run_now", params))
+        return self.act("run_now", job_id)
 
     def set_priority(self, job_id: int, priority: int) -> bool:
         """Change a pending job's priority (higher runs first)."""
-        params = {"id": check_job_id(job_id), "priority": check_int4("priority", priority)}
-        return bool(self._fetch("job_set_priority", params))
+        return self.act("set_priority", job_id, priority=priority)
 
     def count_matching(self, action: str, job_filter: JobFilter) -> tuple[int, int]:
         """How many jobs of the filter `action` would change now, and the newest of
         their ids: pass it as `upto` to the *_matching action to act on exactly those
         (and older ones that entered the filter since, never newer ones)."""
-        statuses = ACTION_STATUSES.get(action)
-        if statuses is None:
-            raise InvalidArgument(
-                f"unknown action {action!r}: use one of {', '.join(ACTION_STATUSES)}"
-            )
-        params = {**job_filter.params(), "statuses": list(statuses)}
+        params = {**self._filter_params(job_filter),
+                  "statuses": list(action_named(action).statuses)}
         (row,) = self._fetch("job_count_matching", params)
         return int(row["count"]), int(row["upto"] or 0)
 
     def retry_matching(self, job_filter: JobFilter, *, upto: int) -> int:
         """Send the failed and cancelled jobs of the filter back to pending."""
-        rows = self._fetch("job_retry_matching", self._matching(job_filter, upto))
-        return int(rows[0]["changed"])
+        return self.act_matching("retry", job_filter, upto=upto)
 
     def cancel_matching(self, job_filter: JobFilter, *, upto: int) -> int:
-        """Cancel the pending and running jobs of the filter."""
-        return len(self._fetch("job_cancel_matching", self._matching(job_filter, upto)))
+        """Cancel the pending, running and waiting jobs of the filter."""
+        return self.act_matching("cancel", job_filter, upto=upto)
 
     def delete_matching(self, job_filter: JobFilter, *, upto: int) -> int:
         """Delete the jobs of the filter that are not running."""
-        return len(self._fetch("job_delete_matching", self._matching(job_filter, upto)))
+        return self.act_matching("delete", job_filter, upto=upto)
 
     def run_now_matching(self, job_filter: JobFilter, *, upto: int) -> int:
         """Make the scheduled pending jobs of the filter due now."""
-        rows = self._fetch("job_run_now_matching", self._matching(job_filter, upto))
-        return int(rows[0]["changed"])
+        return self.act_matching("run_now", job_filter, upto=upto)
 
     # -- flow control (docs/flow_control.md) ----------------------------------------
 
@@ -1298,13 +1321,16 @@ class Queue:
         self, job_filter: JobFilter, priority: int, *, upto: int
     ) -> int:
         """Change the priority of the pending jobs of the filter."""
-        params = {**self._matching(job_filter, upto),
-                  "priority": check_int4("priority", priority)}
-        return len(self._fetch("job_set_priority_matching", params))
+        return self.act_matching("set_priority", job_filter, upto=upto,
+                                       priority=priority)
 
     def _matching(self, job_filter: JobFilter, upto: int) -> dict[str, Any]:
+        return {**self._filter_params(job_filter), "upto": check_upto(upto)}
+
+    @staticmethod
+    def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
         if not isinstance(job_filter, JobFilter):
             raise InvalidArgument(
                 f"job_filter must be a pgbaton.JobFilter, got {type(job_filter).__name__}"
             )
-        return {**job_filter.params(), "upto": check_upto(upto), "channel": self.channel}
+        return job_filter.params()

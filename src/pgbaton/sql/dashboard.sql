@@ -1,10 +1,8 @@
 -- The dashboard's reads (pgbaton.web), by name. None of them writes: the job actions
 -- are fenced statements at the end of queries.sql. __schema__ is the quoted schema.
 --
--- Job filters (status, queue, task, key, text, since, until) are the same in every
--- statement that takes them; a NULL parameter means "any". `since` and `until` bound
--- the time the job finished, or, for a job that has not finished, the time it was
--- created. `text` is a case-insensitive substring of the args or the errors.
+-- The job filter (status, queue, task, key, text, since, until) is the job_filter
+-- fragment of queries.sql, put in place of __job_filter__.
 
 -- name: dashboard_queue_counts
 -- Per queue: unfinished jobs by state and the failed ones. Each count is its own
@@ -108,17 +106,7 @@ SELECT paged.* FROM (
             left(errors -> -1 ->> 'message', 200) AS last_error
      FROM __schema__.jobs AS j
      WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
-       AND (%(status)s::text IS NULL OR j.status = %(status)s)
-       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-       AND (%(task)s::text IS NULL OR j.task = %(task)s)
-       AND (%(key)s::text IS NULL OR j.key = %(key)s)
-       AND (%(text)s::text IS NULL
-            OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-            OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-       AND (%(since)s::timestamptz IS NULL
-            OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-       AND (%(until)s::timestamptz IS NULL
-            OR coalesce(j.finished_at, j.created_at) < %(until)s)
+       AND __job_filter__
      ORDER BY j.id DESC
      LIMIT %(limit)s)
     UNION ALL
@@ -129,17 +117,9 @@ SELECT paged.* FROM (
             left(errors -> -1 ->> 'message', 200) AS last_error
      FROM __schema__.jobs_history AS j
      WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
+       -- Only done jobs are moved here: a filter of another state reads none of them.
        AND (%(status)s::text IS NULL OR %(status)s::text = 'done')
-       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-       AND (%(task)s::text IS NULL OR j.task = %(task)s)
-       AND (%(key)s::text IS NULL OR j.key = %(key)s)
-       AND (%(text)s::text IS NULL
-            OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-            OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-       AND (%(since)s::timestamptz IS NULL
-            OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-       AND (%(until)s::timestamptz IS NULL
-            OR coalesce(j.finished_at, j.created_at) < %(until)s)
+       AND __job_filter__
      ORDER BY j.id DESC
      LIMIT %(limit)s)
 ) AS paged

@@ -622,14 +622,18 @@ RETURNING id;
 -- name: job_retry
 -- A cancelled job whose handler may still run keeps that holder's token and lease, and
 -- becomes due when the holder lets go (job_release_many) or its lease runs out
--- (greatest() passes over a NULL lease): the job never runs twice at once.
-UPDATE __schema__.jobs
-SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
-    claim_token = CASE WHEN lease_until > now() THEN claim_token END,
-    lease_until = CASE WHEN lease_until > now() THEN lease_until END,
-    finished_at = NULL, worker_id = NULL
-WHERE id = %(id)s AND status IN ('failed', 'cancelled')
-RETURNING id;
+-- (greatest() passes over a NULL lease): the job never runs twice at once. The workers
+-- of its queue are woken, as job_retry_matching wakes them.
+WITH retried AS (
+    UPDATE __schema__.jobs
+    SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
+        claim_token = CASE WHEN lease_until > now() THEN claim_token END,
+        lease_until = CASE WHEN lease_until > now() THEN lease_until END,
+        finished_at = NULL, worker_id = NULL
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+    RETURNING id, queue
+)
+SELECT retried.id, pg_notify(%(channel)s, retried.queue) FROM retried;
 
 -- name: job_get
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
@@ -776,7 +780,7 @@ LISTEN __channel__;
 -- moved on between the page and the click is left alone, and a running job keeps its
 -- holder (only cancel takes a running job, keeping its token as a hold as job_cancel
 -- does; delete and run-now leave a held job alone).
--- The *_matching statements take the filter of dashboard.sql (docs/dashboard.md) and
+-- The *_matching statements take the job filter (the job_filter fragment below) and
 -- `upto`, the newest id counted when the operator confirmed: jobs that arrive after
 -- the count are never swept in. job_retry and job_cancel above serve one job.
 -- ==================================================================================
@@ -809,21 +813,30 @@ SET priority = %(priority)s
 WHERE id = %(id)s AND status = 'pending'
 RETURNING id;
 
+-- fragment: job_filter
+-- A pgbaton.JobFilter over the jobs aliased j, written once: the loader (_sql.py) puts
+-- it in place of __job_filter__ in every statement that filters (job_count_matching,
+-- the *_matching actions, dashboard_job_page), so they all mean the same jobs by the
+-- same filter (tests/integration/test_job_filter.py). A NULL parameter means "any". `since`
+-- and `until` bound the time the job finished, or, for one not finished, the time it
+-- was created; `text` is a case-insensitive substring of its args or its errors.
+(%(status)s::text IS NULL OR j.status = %(status)s)
+AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+AND (%(task)s::text IS NULL OR j.task = %(task)s)
+AND (%(key)s::text IS NULL OR j.key = %(key)s)
+AND (%(text)s::text IS NULL
+     OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+     OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+
 -- name: job_count_matching
 -- What a bulk action would change: the jobs of the filter in the action's states, and
 -- the newest of their ids (the action's `upto`).
 SELECT count(*) AS count, max(j.id) AS upto
 FROM __schema__.jobs AS j
 WHERE j.status = ANY(%(statuses)s::text[])
-      AND (%(status)s::text IS NULL OR j.status = %(status)s)
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s)
-      AND (%(key)s::text IS NULL OR j.key = %(key)s)
-      AND (%(text)s::text IS NULL
-           OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-           OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-      AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s);
+      AND __job_filter__;
 
 -- name: job_retry_matching
 WITH retried AS (
@@ -834,15 +847,7 @@ WITH retried AS (
         lease_until = CASE WHEN j.lease_until > now() THEN j.lease_until END,
         finished_at = NULL, worker_id = NULL
     WHERE j.id <= %(upto)s AND j.status IN ('failed', 'cancelled')
-      AND (%(status)s::text IS NULL OR j.status = %(status)s)
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s)
-      AND (%(key)s::text IS NULL OR j.key = %(key)s)
-      AND (%(text)s::text IS NULL
-           OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-           OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-      AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+      AND __job_filter__
     RETURNING j.queue
 ),
 woken AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM retried) AS q)
@@ -853,30 +858,14 @@ SELECT (SELECT count(*) FROM retried) AS changed, (SELECT count(*) FROM woken) A
 UPDATE __schema__.jobs AS j
 SET status = 'cancelled', finished_at = now()
 WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running', 'waiting')
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s)
-  AND (%(key)s::text IS NULL OR j.key = %(key)s)
-  AND (%(text)s::text IS NULL
-       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-  AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+  AND __job_filter__
 RETURNING j.id;
 
 -- name: job_delete_matching
 DELETE FROM __schema__.jobs AS j
 WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
   AND (j.claim_token IS NULL OR j.lease_until <= now())
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s)
-  AND (%(key)s::text IS NULL OR j.key = %(key)s)
-  AND (%(text)s::text IS NULL
-       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-  AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+  AND __job_filter__
 RETURNING j.id;
 
 -- name: job_run_now_matching
@@ -885,15 +874,7 @@ WITH moved AS (
     SET run_at = now()
     WHERE j.id <= %(upto)s AND j.status = 'pending' AND j.run_at > now()
       AND (j.claim_token IS NULL OR j.lease_until <= now())
-      AND (%(status)s::text IS NULL OR j.status = %(status)s)
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s)
-      AND (%(key)s::text IS NULL OR j.key = %(key)s)
-      AND (%(text)s::text IS NULL
-           OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-           OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-      AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-      AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+      AND __job_filter__
     RETURNING j.queue
 ),
 woken AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM moved) AS q)
@@ -903,13 +884,5 @@ SELECT (SELECT count(*) FROM moved) AS changed, (SELECT count(*) FROM woken) AS 
 UPDATE __schema__.jobs AS j
 SET priority = %(priority)s
 WHERE j.id <= %(upto)s AND j.status = 'pending'
-  AND (%(status)s::text IS NULL OR j.status = %(status)s)
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-  AND (%(task)s::text IS NULL OR j.task = %(task)s)
-  AND (%(key)s::text IS NULL OR j.key = %(key)s)
-  AND (%(text)s::text IS NULL
-       OR strpos(lower(j.args::text), lower(%(text)s)) > 0
-       OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
-  AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+  AND __job_filter__
 RETURNING j.id;

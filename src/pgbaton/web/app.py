@@ -46,13 +46,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import _database, _sql
 from .._checks import check_job_id
 from .._sql import notify_channel
+from ..actions import ACTIONS, BY_NAME, offered
 from ..app import App
 from ..doctor.checks import run_checks
 from ..doctor.findings import Thresholds, age, overall
 from ..doctor.inspection import Inspection
 from ..dsn import resolve_dsn
 from ..errors import ConnectionFailed, InvalidArgument
-from ..job_filter import JobFilter
+from ..limits import INT8_MAX, MAX_DASHBOARD_BODY
 from ..metrics import QueueCollector
 from ..queue_async import AsyncQueue
 from . import charts, params
@@ -71,27 +72,11 @@ from .store import Store
 
 logger = logging.getLogger("pgbaton.web")
 HERE = Path(__file__).parent
-NOTICES = {
-    "retry": "The job is pending again.",
-    "cancel": "The job was cancelled.",
-    "delete": "The job was deleted.",
-    "run_now": "The job is due now.",
-    "set_priority": "The job's priority was changed.",
-}
-REFUSALS = {
-    "retry": "only a failed or cancelled job can be retried",
-    "cancel": "only a pending or running job can be cancelled",
-    "delete": "a running job cannot be deleted (cancel it first)",
-    "run_now": "only a pending job scheduled for later can be run now",
-    "set_priority": "only a pending job's priority can be changed",
-}
 Handler = Callable[[Request], Awaitable[Response]]
-# Larger than any form of the dashboard by far; a body beyond it is refused unread.
-MAX_BODY = 64 * 1024
 
 
 class PayloadTooLarge(Exception):
-    """A request body beyond MAX_BODY."""
+    """A request body beyond MAX_DASHBOARD_BODY."""
 
 
 def _slow(_: Exception) -> str:
@@ -307,7 +292,7 @@ class Dashboard:
         return self.page(request, "jobs.html", {
             "rows": rows, "filters": filters, "next_query": next_query,
             "first_query": params.encode({**filters, "limit": query.get("limit")}),
-            "paged": before is not None, "actions": params.ACTIONS,
+            "paged": before is not None, "actions": [a.word for a in ACTIONS],
         })
 
     async def job(self, request: Request) -> Response:
@@ -316,44 +301,42 @@ class Dashboard:
         if found is None:
             return self.error(request, 404, f"there is no job {job_id}")
         same_key = await self.store.jobs_of_key(found.key, job_id) if found.key else []
+        done = BY_NAME.get(request.query_params.get("done", ""))
         return self.page(request, "job.html", {
             "job": found, "fields": dataclasses.asdict(found), "same_key": same_key,
             "dependencies": await self.queue.dependencies(job_id),
-            "notice": NOTICES.get(request.query_params.get("done", "")),
+            "offered": offered(found.status), "notice": done.notice if done else None,
         })
 
     async def act(self, request: Request) -> Response:
         job_id = _job_id(request)
         action = params.action(request.path_params["action"])
         form = await request.form()
-        queue = self.queue
-        if action == "set_priority":
-            value = form.get("priority")
-            changed = await queue.set_priority(
-                job_id, params.priority(value if isinstance(value, str) else None)
-            )
-        else:
-            changed = await getattr(queue, action)(job_id)
+        value = form.get("priority")
+        priority = params.priority(value if isinstance(value, str) else None) if (
+            action.takes_priority) else None
+        changed = await self.queue.act(action.name, job_id, priority=priority)
         who = request.state.decision.who
-        logger.info("dashboard: %s %s job %d: %s", who, action, job_id,
+        logger.info("dashboard: %s %s job %d: %s", who, action.name, job_id,
                     "done" if changed else "nothing changed")
         if not changed:
-            exists = await queue.get(job_id) is not None
+            exists = await self.queue.get(job_id) is not None
             if not exists:
                 return self.error(request, 404, f"there is no job {job_id}")
             return self.error(request, 409, f"job {job_id} was not changed: "
-                               f"{REFUSALS[action]}")
+                               f"{action.refusal}")
         base = request.scope.get("root_path", "")
-        target = f"{base}/jobs" if action == "delete" else f"{base}/jobs/{job_id}"
-        return RedirectResponse(f"{target}?done={action}", status_code=303)
+        gone = action.name == "delete"
+        target = f"{base}/jobs" if gone else f"{base}/jobs/{job_id}"
+        return RedirectResponse(f"{target}?done={action.name}", status_code=303)
 
     async def bulk_preview(self, request: Request) -> Response:
         query = request.query_params
         action = params.action(query.get("action", ""))
         job_filter = params.job_filter(query)
-        count, upto = await self.queue.count_matching(action, job_filter)
+        count, upto = await self.queue.count_matching(action.name, job_filter)
         return self.page(request, "bulk.html", {
-            "action": action, "word": query.get("action"), "count": count, "upto": upto,
+            "action": action.name, "word": action.word, "count": count, "upto": upto,
             "filters": params.filter_query(job_filter), "everything": job_filter.is_empty(),
             "priority": query.get("priority"),
         })
@@ -363,12 +346,14 @@ class Dashboard:
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         action = params.action(fields.get("action", ""))
         job_filter = params.job_filter(fields)
-        upto = params.whole_number("upto", fields.get("upto"), minimum=0, maximum=2**63 - 1)
-        changed = await run_bulk(self.queue, action, job_filter, upto, fields.get("priority"))
+        upto = params.whole_number("upto", fields.get("upto"), minimum=0, maximum=INT8_MAX)
+        priority = params.priority(fields.get("priority")) if action.takes_priority else None
+        changed = await self.queue.act_matching(action.name, job_filter, upto=upto,
+                                                priority=priority)
         logger.info("dashboard: %s %s on %s up to job %d: %d jobs", request.state.decision.who,
-                    action, params.filter_query(job_filter) or "every job", upto, changed)
+                    action.name, params.filter_query(job_filter) or "every job", upto, changed)
         return self.page(request, "bulk_done.html", {
-            "action": action, "changed": changed, "filters": params.filter_query(job_filter),
+            "action": action.name, "changed": changed, "filters": params.filter_query(job_filter),
             "query": params.encode(params.filter_query(job_filter)),
         })
 
@@ -527,7 +512,7 @@ def create_app(
 class Gate:
     """Before any route (pages, /metrics, /healthz, static files): a Host the dashboard
     answers to, an unsafe method sent from its own origin, a body no larger than
-    MAX_BODY. A request with the bearer token is a script's: no origin to check."""
+    MAX_DASHBOARD_BODY. A request with the bearer token is a script's: no origin to check."""
 
     def __init__(self, app: ASGIApp, board: Dashboard) -> None:
         self.app = app
@@ -562,18 +547,18 @@ class Gate:
                 return board.refuse_before_routing(
                     request, 403, f"a cross-origin request is refused: {why}; nothing was changed")
         length = request.headers.get("content-length", "")
-        if length.isascii() and length.isdigit() and int(length) > MAX_BODY:
+        if length.isascii() and length.isdigit() and int(length) > MAX_DASHBOARD_BODY:
             return board.refuse_before_routing(request, 413, _too_large())
         return None
 
 
 def _too_large() -> str:
-    return (f"the request body is larger than {MAX_BODY // 1024} KiB, more than any form "
+    return (f"the request body is larger than {MAX_DASHBOARD_BODY // 1024} KiB, more than any form "
             "of the dashboard sends; nothing was changed")
 
 
 def _limited(receive: Receive) -> Receive:
-    """receive, raising PayloadTooLarge past MAX_BODY (a body sent without a length)."""
+    """receive, raising PayloadTooLarge past MAX_DASHBOARD_BODY (a body sent without a length)."""
     seen = 0
 
     async def limited() -> Message:
@@ -581,7 +566,7 @@ def _limited(receive: Receive) -> Receive:
         message = await receive()
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
-            if seen > MAX_BODY:
+            if seen > MAX_DASHBOARD_BODY:
                 raise PayloadTooLarge(_too_large())
         return message
 
@@ -594,17 +579,6 @@ def _job_id(request: Request) -> int:
         return check_job_id(int(text))
     except (ValueError, InvalidArgument):
         raise HTTPException(404) from None
-
-
-async def run_bulk(
-    queue: AsyncQueue, action: str, job_filter: JobFilter, upto: int, priority: str | None
-) -> int:
-    """One bulk action on the jobs of a filter, up to the id counted at the preview."""
-    if action == "set_priority":
-        return await queue.set_priority_matching(job_filter, params.priority(priority),
-                                                 upto=upto)
-    method = getattr(queue, f"{action}_matching")
-    return int(await method(job_filter, upto=upto))
 
 
 def _doctor(dsn: str, schema: str) -> list[Any]:

@@ -3,64 +3,26 @@ names the parameter and what was wrong (answered with 400, nothing written)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
+from ..actions import Action, action_of_word
 from ..errors import InvalidArgument
-from ..job_filter import ACTION_STATUSES, JobFilter
+from ..job_filter import FILTER_FIELDS, JobFilter, filter_of
+from ..limits import INT4_MAX, INT4_MIN, INT8_MAX, MAX_DASHBOARD_PAGE
 
 DEFAULT_PAGE = 50
-MAX_PAGE = 500
-FILTER_FIELDS = ("status", "queue", "task", "key", "q", "since", "until")
-# The dashboard's URL words for the actions (a bookmarkable path) -> the queue's names.
-ACTIONS = {
-    "retry": "retry",
-    "cancel": "cancel",
-    "delete": "delete",
-    "run-now": "run_now",
-    "priority": "set_priority",
-}
-assert set(ACTIONS.values()) == set(ACTION_STATUSES)
 
 
 class BadInput(ValueError):
     """A request parameter the dashboard cannot use; the message names it."""
 
 
-def parse_time(name: str, text: str, now: dt.datetime | None = None) -> dt.datetime:
-    """An ISO 8601 date or time ("2026-12-01T10:00", "2026-12-01", with or without a zone)
-    or a time of day ("10:00": today); without a zone, this machine's local time."""
-    now = now or dt.datetime.now().astimezone()
-    text = text.strip()
-    try:
-        if len(text) <= 8 and ":" in text:
-            clock = dt.time.fromisoformat(text)
-            value = dt.datetime.combine(now.date(), clock)
-        else:
-            value = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise BadInput(
-            f"{name}={text!r} is not a time: use 10:00, 2026-12-01 or 2026-12-01T10:00+00:00"
-        ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=now.tzinfo)
-    return value
-
-
 def job_filter(params: Mapping[str, str]) -> JobFilter:
-    """The job filter of a request's query (or a bulk form's fields)."""
-    values = {name: (params.get(name) or "").strip() or None for name in FILTER_FIELDS}
-    since = values.pop("since")
-    until = values.pop("until")
-    text = values.pop("q")
+    """The job filter of a request's query (or a bulk form's fields); `q` is its text."""
+    fields = {name: params.get("q" if name == "text" else name) for name in FILTER_FIELDS}
     try:
-        return JobFilter(
-            **values,
-            text=text,
-            since=parse_time("since", since) if since else None,
-            until=parse_time("until", until) if until else None,
-        )
+        return filter_of(fields)
     except InvalidArgument as error:
         raise BadInput(str(error)) from None
 
@@ -95,21 +57,23 @@ def page_size(params: Mapping[str, str]) -> int:
     text = params.get("limit")
     if text is None or text == "":
         return DEFAULT_PAGE
-    return whole_number("limit", text, minimum=1, maximum=MAX_PAGE)
+    return whole_number("limit", text, minimum=1, maximum=MAX_DASHBOARD_PAGE)
 
 
 def cursor(params: Mapping[str, str]) -> int | None:
     text = params.get("before")
     if text is None or text == "":
         return None
-    return whole_number("before", text, minimum=1, maximum=2**63 - 1)
+    return whole_number("before", text, minimum=1, maximum=INT8_MAX)
 
 
-def action(word: str) -> str:
-    if word not in ACTIONS:
-        raise BadInput(f"unknown action {word!r}: use one of {', '.join(ACTIONS)}")
-    return ACTIONS[word]
+def action(word: str) -> Action:
+    """The action of a URL word (/jobs/<id>/run-now, a bulk form's action=run-now)."""
+    try:
+        return action_of_word(word)
+    except InvalidArgument as error:
+        raise BadInput(str(error)) from None
 
 
 def priority(text: str | None) -> int:
-    return whole_number("priority", text, minimum=-(2**31), maximum=2**31 - 1)
+    return whole_number("priority", text, minimum=INT4_MIN, maximum=INT4_MAX)

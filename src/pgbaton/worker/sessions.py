@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from dataclasses import dataclass
 
 from .. import _database_async as database
-from .._transient import is_unreachable
+from .._transient import when_reachable
 from ..dsn import normalize_dsn, redact_dsn, with_application_name
 from ..errors import ConfigurationError, ConnectionFailed
 from ..pooling import SessionConnect, transaction_pool_evidence
@@ -25,10 +24,6 @@ from ..queue_async import AsyncQueue
 from .config import WorkerConfig
 
 logger = logging.getLogger("pgbaton.worker")
-
-RECONNECT_FIRST_SECONDS = 0.5
-RECONNECT_MAX_SECONDS = 10.0
-
 
 @dataclass(frozen=True)
 class Sessions:
@@ -87,24 +82,12 @@ async def open_when_reachable(config: WorkerConfig, queue: AsyncQueue) -> Sessio
     goes away during these first statements), retry with jittered backoff for up to
     `config.connect_timeout` seconds. Other errors (a schema out of date, a refused
     configuration) are not retried."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + config.connect_timeout
-    pause = RECONNECT_FIRST_SECONDS
-    while True:
-        try:
-            sessions = await asyncio.to_thread(plan_sessions, config, queue.dsn)
-            if sessions.pooled is not None or config.listen_dsn is not None:
-                # A listen DSN says the DSN is pooled even where the probe saw no proof.
-                queue.prepare = False
-            await queue.open()
-            return sessions
-        except Exception as error:
-            if not is_unreachable(error):
-                raise
-            left = deadline - loop.time()
-            if left <= 0:
-                raise
-            wait = min(left, pause * random.uniform(0.75, 1.0))
-            logger.warning("cannot reach the database yet: %s; retrying in %.1f s", error, wait)
-            await asyncio.sleep(wait)
-            pause = min(pause * 2, RECONNECT_MAX_SECONDS)
+    async def attempt() -> Sessions:
+        sessions = await asyncio.to_thread(plan_sessions, config, queue.dsn)
+        if sessions.pooled is not None or config.listen_dsn is not None:
+            # A listen DSN says the DSN is pooled even where the probe saw no proof.
+            queue.prepare = False
+        await queue.open()
+        return sessions
+
+    return await when_reachable(attempt, config.connect_timeout, logger)

@@ -1,27 +1,27 @@
-"""The `pgbaton` command line.
+"""The `pgbaton` command group and its commands.
 
 Over 400 lines on purpose: one short function per command of the one click group, read
-top to bottom like the command table of docs/reference/commands.md. Commands with a
-package of their own (doctor, dashboard, demo, lab) live there and are only registered here."""
+top to bottom like the command table of docs/reference/commands.md. The bulk forms of
+retry and cancel are bulk.py's, `pgbaton queue` is queues.py's; commands with a package
+of their own (doctor, dashboard, demo, lab) live there and are only registered here."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import importlib.metadata
 import json
 import logging
 import os
-import random
 import sys
-import time
 from typing import Any
 
 import click
 
-from . import _sql, logs
-from . import app as app_module
-from ._cli_common import (
+from .. import _sql, logs
+from .. import app as app_module
+from .._cli_common import (
     BEFORE_COMMAND,
     DSN_HELP,
     NUMBER,
@@ -41,16 +41,19 @@ from ._cli_common import (
     resolve_dsn,
     schema_option,
 )
-from ._transient import is_unreachable
-from .app import App
-from .doctor import doctor
-from .dsn import normalize_dsn, redact_dsn, resolve_schema, with_application_name
-from .errors import ConfigurationError, ConnectionFailed, PgbatonError
-from .maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
-from .queue import Queue
-from .queue_cli import queue_group
-from .showcase.lab import lab
-from .web import command as web_command
+from .._transient import when_reachable
+from ..app import App
+from ..doctor import doctor
+from ..dsn import normalize_dsn, redact_dsn, resolve_schema, with_application_name
+from ..errors import ConfigurationError, ConnectionFailed, PgbatonError
+from ..limits import INT4_MAX
+from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
+from ..queue import Queue
+from ..queue_async import AsyncQueue
+from ..showcase.lab import lab
+from ..web import command as web_command
+from .bulk import add_bulk_form
+from .queues import queue_group
 
 logger = logging.getLogger("pgbaton.cli")
 
@@ -224,7 +227,7 @@ def load_app(spec: str) -> App:
               help="How the leader's pruner takes finished jobs out of the jobs table: "
                    "delete them, or move done ones to jobs_history first "
                    "(docs/retention.md).")
-@click.option("--vacuum-dead-tuples", type=WholeNumberRange(0, 2**31 - 1), default=50_000,
+@click.option("--vacuum-dead-tuples", type=WholeNumberRange(0, INT4_MAX), default=50_000,
               show_default=True,
               help="The leader VACUUMs the jobs table once it counts this many dead row "
                    "versions (and 5% of the live ones), so that claims do not read over "
@@ -247,9 +250,9 @@ def worker(
     every queue of that database; queues routed to two databases are refused. The
     schema is --schema, else the App's, else PGBATON_SCHEMA, else pgbaton.
     """
-    from .worker import WorkerConfig, run_worker
-    from .worker.config import default_worker_id
-    from .worker.sessions import plan_sessions
+    from ..worker import WorkerConfig, run_worker
+    from ..worker.config import default_worker_id
+    from ..worker.sessions import plan_sessions
 
     logs.configure(log_level, log_format)
     # Worker processes started by --processes inherit the logging settings this way.
@@ -292,37 +295,20 @@ def _app_schema(app: App, schema: str) -> str:
     return resolve_schema(None, app_schema=app.schema_in_code)
 
 
-RECONNECT_FIRST_SECONDS = 0.5
-RECONNECT_MAX_SECONDS = 10.0
-
-
 def wait_for_database(dsn: str, schema: str, timeout: float) -> None:
     """Return once the server answers and the schema is current; while the server cannot
     be reached (or goes away during these first statements), retry with jittered backoff
     for up to `timeout` seconds (a deploy that starts workers beside a database still
     starting up). Other errors are not retried."""
-    deadline = time.monotonic() + timeout
-    pause = RECONNECT_FIRST_SECONDS
-    while True:
-        try:
-            with Queue(dsn, schema=schema) as queue:
-                queue.open()
-            return
-        except Exception as error:
-            if not is_unreachable(error):
-                raise
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConnectionFailed(
-                    f"{error} (gave up after --connect-timeout {timeout:g} s)"
-                ) from error
-            wait = min(left, pause * random.uniform(0.75, 1.0))
-            logger.warning(
-                "cannot reach the database yet: %s; retrying in %.1f s", error, wait,
-                extra={"retry_in": round(wait, 3), "gives_up_in": round(left, 3)},
-            )
-            time.sleep(wait)
-            pause = min(pause * 2, RECONNECT_MAX_SECONDS)
+
+    async def attempt() -> None:
+        async with AsyncQueue(dsn, schema=schema) as queue:
+            await queue.open()
+
+    def gave_up(error: Exception) -> Exception:
+        return ConnectionFailed(f"{error} (gave up after --connect-timeout {timeout:g} s)")
+
+    asyncio.run(when_reachable(attempt, timeout, logger, gave_up=gave_up))
 
 
 @main.command()
@@ -534,7 +520,7 @@ def prune(
 def demo(dsn: str | None, dashboard: bool, port: int, keep: bool) -> None:
     """Watch the crash-and-stall demo on a real PostgreSQL, in a schema of its own: the
     --dsn, PGBATON_DSN or DATABASE_URL server, else the embedded one."""
-    from .showcase import demo as demo_module
+    from ..showcase import demo as demo_module
 
     try:
         chosen = resolve_dsn(dsn, application_name="pgbaton demo")
@@ -548,5 +534,5 @@ main.add_command(lab)
 main.add_command(queue_group)
 main.add_command(web_command.dashboard)
 main.add_command(web_command.metrics)
-web_command.add_bulk_form(retry, "retry")
-web_command.add_bulk_form(cancel, "cancel")
+add_bulk_form(retry, "retry")
+add_bulk_form(cancel, "cancel")

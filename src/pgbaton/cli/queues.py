@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from ._checks import parse_whole
-from ._cli_common import (
+from .._checks import parse_whole
+from .._cli_common import (
     NUMBER,
     WHOLE_NUMBER,
     _print_json,
@@ -16,9 +16,9 @@ from ._cli_common import (
     format_duration,
     json_option,
 )
-from .errors import InvalidArgument
-from .flow import QueueSettings, check_concurrency, parse_rate
-from .queue import Queue
+from ..errors import InvalidArgument
+from ..flow import QueueSettings, check_concurrency, parse_rate
+from ..queue import Queue
 
 new_option = click.option(
     "--new", is_flag=True,
