@@ -3,7 +3,7 @@
  * clock that runs leases out, a reaper. `make model` checks it; docs/model/README.md says
  * what is proven and how each transition maps to the SQL.
  *
- * Every transition below is one statement of src/pgbaton/sql/queries.sql and is atomic,
+ * Every transition below is one statement of src/pgbaton/sql/jobs.sql and is atomic,
  * as the statement is: its WHERE clause is the guard, its SET the effect.
  *
  * Built with -DNO_TOKEN_CHECK, the worker's writes are guarded by the status alone: that

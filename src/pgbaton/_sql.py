@@ -45,7 +45,8 @@ def _in_schema(text: str, schema: str) -> str:
     return text.replace(SCHEMA_PLACEHOLDER, f'"{check_schema_name(schema)}"')
 
 
-QUERY_FILES = ("queries.sql", "doctor.sql", "lab.sql", "demo.sql", "testing.sql",
+QUERY_FILES = ("server.sql", "migration.sql", "jobs.sql", "queues.sql", "leader.sql",
+               "doctor.sql", "lab.sql", "demo.sql", "testing.sql",
                "dashboard.sql", "dependencies.sql", "history.sql")
 
 

@@ -2,8 +2,9 @@
 # Change queue_async.py and run `make generate`.
 """The data plane of pgbaton: enqueue, claim, lease and fence (generated sync twin).
 
-Every method is one statement from sql/queries.sql. Claims run on autocommit
-connections, so each claim is its own short transaction: claim, commit, then work.
+Every method is one statement of sql/jobs.sql, queues.sql, leader.sql or server.sql.
+Claims run on autocommit connections, so each claim is its own short transaction:
+claim, commit, then work.
 
 Over 400 lines on purpose: the Queue is the data plane's whole API, one short method per
 named statement, and queue.py is generated from it; checks and encoding live in

@@ -9,7 +9,8 @@ The cell: a paced producer offers RATE jobs a second (bulk enqueues every 50 ms)
 REPEATABLE READ sessions scanning the jobs table in a loop). Every 5 s the test reads,
 from the jobs table's own timestamps, how many jobs finished in the last 5 s and how
 long the ones started in them waited (started_at - created_at): during the hold the
-completions stay at 90% of what was offered or more, and the wait's p99 under 1 s.
+completions stay at 90% of what was offered or more, and the wait's p99 under 1 s
+(no two 5 s windows in a row past it: a single window past 1 s is seen without any hold).
 
 RATE: half of what one worker process drained on this machine (545 to 600 jobs/s, 2 cores
 shared with other suites) with nobody holding the horizon; PGBATON_XMIN_RATE overrides
@@ -235,7 +236,10 @@ def check(samples: list[Sample], plan: str) -> None:
     print(report)
     assert held
     slow = [s for s in held if s.finished < 0.9 * s.offered]
-    late = [s for s in held if s.wait_p99 is not None and s.wait_p99 >= 1.0]
+    # A collapse lasts: one 5 s window with a p99 past 1 s happens in the warm-up too
+    # (a checkpoint, another suite on the same two cores); two windows in a row do not.
+    over = [s.wait_p99 is not None and s.wait_p99 >= 1.0 for s in held]
+    late = [held[i] for i in range(1, len(held)) if over[i - 1] and over[i]]
     assert not slow and not late, f"the claim collapsed under the held xmin:\n{report}"
 
 

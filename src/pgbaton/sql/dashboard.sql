@@ -1,8 +1,8 @@
 -- The dashboard's reads (pgbaton.web), by name. None of them writes: the job actions
--- are fenced statements at the end of queries.sql. __schema__ is the quoted schema.
+-- are fenced statements at the end of jobs.sql. __schema__ is the quoted schema.
 --
 -- The job filter (status, queue, task, key, text, since, until) is the job_filter
--- fragment of queries.sql, put in place of __job_filter__.
+-- fragment of jobs.sql, put in place of __job_filter__.
 
 -- name: dashboard_queue_counts
 -- Per queue: unfinished jobs by state and the failed ones. Each count is its own

@@ -1,0 +1,20 @@
+-- The server and the session: which version answers, is it alive, LISTEN.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+
+-- name: server_version
+SELECT current_setting('server_version_num')::int AS version_num,
+       current_setting('server_version') AS version;
+
+-- name: server_ping
+-- The cheapest round trip: proves a session (the leader's, or a pooled one) still works.
+SELECT 1 AS alive;
+
+-- name: server_backend
+-- Which server process answers: two client connections answered by one process go
+-- through a transaction pool (pooling.py).
+SELECT pg_backend_pid() AS pid, inet_server_port() AS port;
+
+-- name: channel_listen
+-- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
+LISTEN __channel__;
