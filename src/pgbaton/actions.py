@@ -12,8 +12,12 @@ states and refuse the rest).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from .models import Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +117,11 @@ def action_of_word(word: str) -> Action:
 def offered(status: str) -> list[Action]:
     """The actions a job in this state may take, in the table's order."""
     return [action for action in ACTIONS if status in action.statuses]
+
+
+def refused(name: str, job_id: int, job: Job | None, schema: str) -> str:
+    """Why the action left the job alone, read after the refusal: that there is no such
+    job, or the state it is in and the states the action needs."""
+    if job is None:
+        return f"no job {job_id} in schema {schema!r}"
+    return f"job {job_id} is {job.status}: {action_named(name).refusal}"

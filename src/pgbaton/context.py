@@ -28,6 +28,9 @@ class JobContext:
     worker_id: str
     _extend: Callable[[JobContext], Coroutine[Any, Any, bool]] = field(repr=False)
     _loop: asyncio.AbstractEventLoop = field(repr=False)
+    # Why should_stop became true: 'cancelled' (an operator cancelled the job), 'lost'
+    # (its lease ran out and it was taken, deleted or requeued), 'fenced' (the
+    # heartbeat cannot reach the database), 'timeout' or 'shutdown'.
     stop_reason: str | None = None
     _stopped: bool = field(default=False, repr=False)
     # Made only when a sync handler waits on it: most jobs never need one.

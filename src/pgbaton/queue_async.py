@@ -860,6 +860,17 @@ class AsyncQueue:
                 claim.lease_until = extended[position]
         return _changed(rows, len(claims))
 
+    async def claims_lost(self, claims: Iterable[Claim]) -> list[tuple[str | None, str | None]]:
+        """For claims no longer held, in order: the job's status now (None when it is
+        gone) and the worker that holds it, if another one does; what a worker says of
+        a lost claim."""
+        claims = list(claims)
+        if not claims:
+            return []
+        rows = await self._fetch("job_claims_lost", held_params(claims))
+        return [(row["status"], None if row["same_token"] else row["worker_id"])
+                for row in rows]
+
     async def start_many(self, claims: Iterable[Claim], *, lease: float = 30.0) -> list[bool]:
         """Record the start of jobs claimed ahead (claim_batch's `starting`), in one
         statement, and renew their leases. Returns, for each claim in order, whether it
@@ -1110,17 +1121,23 @@ class AsyncQueue:
         status: str | None = None,
         queue: str | None = None,
         task: str | None = None,
+        key: str | None = None,
+        text: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
         limit: int = 100,
         conn: AsyncCallerConnection | None = None,
     ) -> list[Job]:
-        """The newest jobs first, filtered by status, queue and task; with conn=, as the
-        caller's transaction sees them (its own enqueues not yet committed included)."""
-        params = {
-            "status": check_status(status),
-            "queue": check_filter("queue", queue),
-            "task": check_filter("task", task),
-            "limit": check_limit(limit),
-        }
+        """The newest jobs first, filtered as a JobFilter filters (status, queue, task,
+        key, a substring of args or errors, finished or created since/until); with
+        conn=, as the caller's transaction sees them (its own enqueues not yet committed
+        included)."""
+        check_status(status)
+        check_filter("queue", queue)
+        check_filter("task", task)
+        job_filter = JobFilter(status=status, queue=queue, task=task, key=key, text=text,
+                               since=since, until=until)
+        params = {**job_filter.params(), "limit": check_limit(limit)}
         return [Job.from_row(row) for row in await self._fetch("job_list", params, conn)]
 
     async def stats(self) -> list[QueueStats]:

@@ -33,7 +33,8 @@ def test_operator_commands_round_trip(dsn, schema):
 
     assert pgbaton("cancel", str(job), *s, dsn=dsn).returncode == 0
     again = pgbaton("cancel", str(job), *s, dsn=dsn)
-    assert again.returncode == 1 and "not pending or running" in again.stderr
+    assert again.returncode == 1
+    assert f"job {job} is cancelled: only a pending, running or waiting job" in again.stderr
     assert pgbaton("retry", str(job), *s, dsn=dsn).returncode == 0
     shown = json.loads(pgbaton("show", str(job), "--json", *s, dsn=dsn).stdout)
     assert shown["status"] == "pending"
@@ -207,3 +208,57 @@ def test_schema_sql_from_a_version_upgrades_that_version(dsn, schema, db):
     assert "nothing to apply" in current.stdout
     beyond = pgbaton("schema", "--sql", "--from", str(_sql.schema_version() + 1))
     assert beyond.returncode == 1 and "no schema version" in beyond.stderr
+
+
+def test_retry_and_cancel_say_whether_the_job_exists_or_which_state_it_is_in(
+        queue, dsn, schema):
+    """A refused retry or cancel says what it met: no such job, or the job's state and
+    the states the action needs; both exit 1 and change nothing."""
+    s = ("--schema", schema)
+    done = queue.enqueue("t")
+    [claim] = queue.claim("w", limit=1)
+    assert queue.complete(claim)
+    retried = pgbaton("retry", str(done), *s, dsn=dsn)
+    assert retried.returncode == 1
+    assert f"job {done} is done: only a failed or cancelled job can be retried" in (
+        retried.stderr)
+    missing = pgbaton("retry", "9999999", *s, dsn=dsn)
+    assert missing.returncode == 1
+    assert f"no job 9999999 in schema '{schema}'" in missing.stderr
+    cancelled = pgbaton("cancel", "9999999", *s, dsn=dsn)
+    assert cancelled.returncode == 1 and "no job 9999999" in cancelled.stderr
+    assert queue.get(done).status == "done"
+
+
+def test_cancelling_a_running_job_says_its_handler_is_told_at_the_next_heartbeat(
+        queue, dsn, schema):
+    """The row is cancelled at once, but its handler runs on until its worker's next
+    heartbeat: the command says so, naming the worker."""
+    job = queue.enqueue("t")
+    queue.claim("worker-7", limit=1)
+    result = pgbaton("cancel", str(job), "--schema", schema, dsn=dsn)
+    assert result.returncode == 0, result.stderr
+    assert f"job {job} cancelled; its handler on worker-7 is told to stop" in result.stdout
+    assert queue.get(job).status == "cancelled"
+
+
+def test_jobs_filters_by_key_text_and_time(queue, dsn, schema, db):
+    """`pgbaton jobs` takes the dashboard's filters: --key, --text (args or errors),
+    --since and --until, and refuses a time it cannot read in one line."""
+    s = ("--schema", schema)
+    keyed = queue.enqueue("t", {"customer": "ada"}, key="customer:1")
+    other = queue.enqueue("t", {"customer": "grace"})
+    old = queue.enqueue("t", {"customer": "old"})
+    db.execute("UPDATE jobs SET created_at = '2020-01-01T00:00:00Z' WHERE id = %s", (old,))
+
+    def listed(*options: str) -> list[int]:
+        result = pgbaton("jobs", "--json", *options, *s, dsn=dsn)
+        assert result.returncode == 0, result.stderr
+        return [job["id"] for job in json.loads(result.stdout)]
+
+    assert listed("--key", "customer:1") == [keyed]
+    assert listed("--text", "GRACE") == [other]
+    assert listed("--since", "2021-01-01") == [other, keyed]
+    assert listed("--until", "2021-01-01") == [old]
+    bad = pgbaton("jobs", "--since", "yesterday-ish", *s, dsn=dsn)
+    assert bad.returncode != 0 and "since" in bad.stderr

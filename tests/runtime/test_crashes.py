@@ -176,8 +176,8 @@ def test_second_sigterm_stops_at_once(start_worker, db, app_schema):
 
 
 def test_cancelling_a_running_job_stops_its_handler(start_worker, db, app_schema, queue):
-    """A cancelled job's async handler is cancelled, its sync handler told to stop, and the
-    worker writes nothing over the cancellation."""
+    """A cancelled job's async handler is cancelled, its sync handler told to stop (with
+    the reason 'cancelled'), and the worker writes nothing over the cancellation."""
     async_job = tasks.wait_to_be_cancelled.enqueue()
     sync_job = tasks.sync_work.enqueue({"seconds": 60})
     worker = start_worker("--lease", "2", "--no-maintenance")
@@ -192,8 +192,12 @@ def test_cancelling_a_running_job_stops_its_handler(start_worker, db, app_schema
     }
     # The next heartbeat (a third of the lease) finds the token gone.
     wait_until(lambda: effects(db, async_job, "cancelled") != [], 5, "async handler cancelled")
-    wait_until(lambda: effects(db, sync_job, "stopped:lost") != [], 5, "sync handler stopped")
+    # The handler is told why: cancelled, not merely lost; and the log says so.
+    wait_until(lambda: effects(db, sync_job, "stopped:cancelled") != [], 5,
+               "sync handler stopped")
     assert worker.stop(timeout=10) == 0
+    for job in (async_job, sync_job):
+        assert f"lost the claim on job {job} (it was cancelled)" in worker.log()
 
     for row in db.execute(
         "SELECT id, status, attempts, result, errors, finished_at, claim_token"

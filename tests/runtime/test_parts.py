@@ -120,13 +120,51 @@ async def test_heartbeat_extends_held_leases_and_detects_a_lost_claim(aqueue, db
     assert after[claims[0].id] > before[claims[0].id]  # 5 s lease became 60 s
     lost = [r for r in held if r.lost]
     assert [r.claim.id for r in lost] == [claims[1].id]
-    assert lost[0].context.should_stop and lost[0].context.stop_reason == "lost"
+    # Told why: an operator cancelled it (not a lease that ran out).
+    assert lost[0].context.should_stop and lost[0].context.stop_reason == "cancelled"
+    assert lost[0].lost_detail == "it was cancelled"
     await asyncio.sleep(0)
     assert lost[0].handler.cancelled() or lost[0].handler.cancelling()
     for running in held:
         running.handler.cancel()
     await asyncio.gather(*(r.handler for r in held), return_exceptions=True)
     executor.shutdown()
+
+
+async def test_a_lost_claim_is_told_whether_it_was_taken_deleted_or_requeued(aqueue, db):
+    """The heartbeat reads why each claim it found gone was lost, in one statement: taken
+    by another worker once the lease ran out (named), deleted, or back to pending."""
+    claims = await claims_of(aqueue, ["a", "b", "c"], lease=5)
+    taken, deleted, requeued = claims
+    db.execute("UPDATE jobs SET claim_token = gen_random_uuid(), worker_id = 'other-7'"
+               " WHERE id = %s", (taken.id,))
+    db.execute("DELETE FROM jobs WHERE id = %s", (deleted.id,))
+    db.execute("UPDATE jobs SET status = 'pending', claim_token = NULL, lease_until = NULL,"
+               " worker_id = NULL WHERE id = %s",
+               (requeued.id,))
+    held = HeldJobs(4)
+    app = pgbaton.App(aqueue.dsn, schema=aqueue.schema)
+    for name in ("a", "b", "c"):
+        app.task(name=name)(_sleep_forever)
+    executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
+                        claim_lease=5, extend_one=_never_extend,
+                        start_ahead=_never_start, notify=ignore, on_dropped=ignore)
+    executor.start(claims, time.monotonic())
+    await Heartbeat(aqueue, held, default_lease=60, notify=ignore).extend(list(held))
+    told = {r.claim.id: (r.context.stop_reason, r.lost_detail) for r in held}
+    assert told == {
+        taken.id: ("lost", "its lease ran out and worker other-7 took it"),
+        deleted.id: ("lost", "the job was deleted"),
+        requeued.id: ("lost", "its lease ran out and it is pending again"),
+    }
+    for running in held:
+        running.handler.cancel()
+    await asyncio.gather(*(r.handler for r in held), return_exceptions=True)
+    executor.shutdown()
+
+
+async def _sleep_forever() -> None:
+    await asyncio.sleep(3600)
 
 
 async def test_completer_writes_fenced_and_retries_a_cancelled_statement(aqueue, db, dsn):

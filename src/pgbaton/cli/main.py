@@ -42,12 +42,15 @@ from .._cli_common import (
     schema_option,
 )
 from .._transient import when_reachable
+from ..actions import refused
 from ..app import App
 from ..doctor import doctor
 from ..dsn import normalize_dsn, redact_dsn, resolve_schema, with_application_name
-from ..errors import ConfigurationError, ConnectionFailed, PgbatonError
+from ..errors import ConfigurationError, ConnectionFailed, InvalidArgument, PgbatonError
+from ..job_filter import filter_of
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
+from ..models import STATUSES
 from ..queue import Queue
 from ..queue_async import AsyncQueue
 from ..showcase.lab import lab
@@ -397,19 +400,30 @@ def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--status", default=None, help="pending, running, done, failed or cancelled.")
+@click.option("--status", default=None, help=f"One of {', '.join(STATUSES)}.")
 @click.option("--queue", "queue_name", default=None)
 @click.option("--task", default=None)
+@click.option("--key", default=None, help="Jobs of this key.")
+@click.option("--text", default=None, help="Jobs whose args or errors contain this.")
+@click.option("--since", default=None, help="Finished (or created) at or after: 10:00, ISO.")
+@click.option("--until", default=None, help="Finished (or created) before.")
 @click.option("--limit", type=WHOLE_NUMBER, default=50, show_default=True)
 @connection_options
 @json_option
 def jobs(
-    status: str | None, queue_name: str | None, task: str | None, limit: int,
+    status: str | None, queue_name: str | None, task: str | None, key: str | None,
+    text: str | None, since: str | None, until: str | None, limit: int,
     dsn: str | None, schema: str, embedded: bool, as_json: bool,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first, filtered as the dashboard's list and the bulk forms of
+    retry and cancel filter."""
+    try:
+        job_filter = filter_of({"status": status, "queue": queue_name, "task": task,
+                                "key": key, "text": text, "since": since, "until": until})
+    except InvalidArgument as error:
+        raise click.BadParameter(str(error)) from None
     with _queue(dsn, schema, embedded) as queue:
-        found = queue.jobs(status=status, queue=queue_name, task=task, limit=limit)
+        found = queue.jobs(**dataclasses.asdict(job_filter), limit=limit)
     if as_json:
         _print_json([dataclasses.asdict(job) for job in found])
         return
@@ -453,7 +467,7 @@ def retry(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Send a failed or cancelled job back to pending with fresh attempts."""
     with _queue(dsn, schema, embedded) as queue:
         if not queue.retry(job_id):
-            raise PgbatonError(f"job {job_id} is not failed or cancelled (or does not exist)")
+            raise PgbatonError(refused("retry", job_id, queue.get(job_id), queue.schema))
     click.echo(f"job {job_id} is pending again")
 
 
@@ -463,8 +477,15 @@ def retry(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
 def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     """Cancel a pending or running job (its worker loses the claim)."""
     with _queue(dsn, schema, embedded) as queue:
+        was = queue.get(job_id)
         if not queue.cancel(job_id):
-            raise PgbatonError(f"job {job_id} is not pending or running (or does not exist)")
+            raise PgbatonError(refused("cancel", job_id, queue.get(job_id), queue.schema))
+    if was is not None and was.status == "running":
+        # The row says cancelled now, but the handler runs on until its worker hears.
+        click.echo(f"job {job_id} cancelled; its handler on {was.worker_id or 'its worker'} "
+                   "is told to stop at that worker's next heartbeat (a third of its lease) "
+                   "and its result will not be written")
+        return
     click.echo(f"job {job_id} cancelled")
 
 

@@ -357,6 +357,15 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, t
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
 
+-- name: job_claims_lost
+-- Why claims a heartbeat found gone were lost, for the worker's log and the handler's
+-- stop reason: cancelled, taken by another worker once the lease ran out, back to
+-- pending, finished, or deleted (no row). Read only after a loss, never on the drain.
+SELECT held.position, j.status, j.worker_id, j.claim_token = held.token AS same_token
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position)
+LEFT JOIN __schema__.jobs AS j ON j.id = held.id
+ORDER BY held.position;
+
 -- name: job_start_many
 -- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
 -- worker is about to start at one moment, in one statement, each fenced by its token.
@@ -513,25 +522,23 @@ LIMIT 1;
 -- The newest jobs of jobs and of jobs_history (done jobs moved by the history retention
 -- mode) together, each read newest first by its id index. The history is read only
 -- when the filter may hold done jobs (a one-time filter on the parameter), so a list of
--- failed jobs never walks it.
+-- failed jobs never walks it. The filter is the job_filter fragment (below), as on the
+-- dashboard's list.
 SELECT listed.* FROM (
     (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
             idempotency_key, claim_token, lease_until, worker_id, errors, result,
             created_at, started_at, finished_at, batch_id, waiting_for
-     FROM __schema__.jobs
-     WHERE (%(status)s::text IS NULL OR status = %(status)s)
-       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-       AND (%(task)s::text IS NULL OR task = %(task)s)
+     FROM __schema__.jobs AS j
+     WHERE __job_filter__
      ORDER BY id DESC
      LIMIT %(limit)s)
     UNION ALL
     (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
             idempotency_key, claim_token, lease_until, worker_id, errors, result,
             created_at, started_at, finished_at, batch_id, waiting_for
-     FROM __schema__.jobs_history
+     FROM __schema__.jobs_history AS j
      WHERE (%(status)s::text IS NULL OR %(status)s::text = 'done')
-       AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-       AND (%(task)s::text IS NULL OR task = %(task)s)
+       AND __job_filter__
      ORDER BY id DESC
      LIMIT %(limit)s)
 ) AS listed
@@ -618,8 +625,8 @@ RETURNING id;
 
 -- fragment: job_filter
 -- A pgbaton.JobFilter over the jobs aliased j, written once: the loader (_sql.py) puts
--- it in place of __job_filter__ in every statement that filters (job_count_matching,
--- the *_matching actions, dashboard_job_page), so they all mean the same jobs by the
+-- it in place of __job_filter__ in every statement that filters (job_list,
+-- job_count_matching, the *_matching actions, dashboard_job_page), so they all mean the same jobs by the
 -- same filter (tests/integration/test_job_filter.py). A NULL parameter means "any". `since`
 -- and `until` bound the time the job finished, or, for one not finished, the time it
 -- was created; `text` is a case-insensitive substring of its args or its errors.

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from ..context import JobContext
 from ..queue_async import AsyncQueue
-from .held import HeldJobs, Running
+from .held import UNANSWERED, HeldJobs, Running, loss_of
 from .supervisor import is_transient
 
 logger = logging.getLogger("pgbaton.worker")
@@ -123,19 +123,37 @@ class Heartbeat:
                 continue
             self._reached()
             self._notify("heartbeats", None)
+            gone = []
             for running, still_held in zip(group, held, strict=True):
                 if still_held:
                     running.deadline = sent + lease
                     running.needs_extend = False
                 # A finished handler's outcome may have been written while this beat was
                 # in flight; the completer's own fenced write tells the truth for it.
-                elif self.held.lose(running, "lost"):
-                    logger.warning(
-                        "lost the claim on job %s (lease expired and re-claimed, or "
-                        "cancelled): stopping its handler; its result will not be written",
-                        running.claim.id,
-                    )
-                    self._notify("job.lost", running)
+                elif not (running.lost or running.finished):
+                    gone.append(running)
+            if gone:
+                await self._lose(gone, lease)
+
+    async def _lose(self, gone: list[Running], lease: float) -> None:
+        """Stop the handlers of claims the heartbeat found gone, saying why each was
+        lost: one read, bounded like the beat; without an answer, the reason is unknown."""
+        try:
+            found = await asyncio.wait_for(
+                self.queue.claims_lost([r.claim for r in gone]), timeout=lease)
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            found = [(UNANSWERED, None)] * len(gone)
+        for running, (status, holder) in zip(gone, found, strict=True):
+            reason, why = loss_of(status, holder)
+            running.lost_detail = why
+            if self.held.lose(running, reason):
+                logger.warning(
+                    "lost the claim on job %s (%s): stopping its handler; its result "
+                    "will not be written", running.claim.id, why,
+                )
+                self._notify("job.lost", running)
 
     async def fence(self) -> None:
         """Tell handlers whose lease is about to run out by this worker's clock to stop."""

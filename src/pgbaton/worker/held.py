@@ -58,10 +58,32 @@ class Running:
     finished: bool = False
     awaiting_write: bool = False
     stop_reason: str | None = None
+    lost_detail: str | None = None  # why the claim was lost, as the heartbeat read it
 
     @property
     def stopped(self) -> bool:
         return self.lost or self.released
+
+
+UNANSWERED = "unanswered"  # the status of a lost job when the database could not be asked
+
+
+def loss_of(status: str | None, holder: str | None) -> tuple[str, str]:
+    """A lost claim's stop reason for its handler ('cancelled' or 'lost') and what the
+    worker's log says of it, from the job's status now (None: no such job) and the
+    worker holding it now, if another one does."""
+    if status == "cancelled":
+        return "cancelled", "it was cancelled"
+    if status is None:
+        return "lost", "the job was deleted"
+    if status == UNANSWERED:
+        return "lost", "lease expired and re-claimed, or cancelled: the database could "\
+                       "not be asked which"
+    if holder is not None:
+        return "lost", f"its lease ran out and worker {holder} took it"
+    if status in ("done", "failed"):
+        return "lost", f"its lease ran out and another worker ended it as {status}"
+    return "lost", f"its lease ran out and it is {status} again"
 
 
 @dataclass(eq=False)

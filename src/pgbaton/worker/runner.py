@@ -242,10 +242,12 @@ class Worker:
             if running is not None:
                 self._let_go(running)
             self._notify("job.lost", running, outcome=outcome)
+            why = running.lost_detail if running is not None else None
             logger.warning(
-                "job %s: %s refused: this worker lost the claim (its lease expired and "
-                "another worker took the job, or it was cancelled); nothing was changed",
+                "job %s: %s refused: this worker lost the claim (%s); nothing was changed",
                 outcome.claim.id, "completion" if outcome.ok else "failure",
+                why or "its lease expired and another worker took the job, or it was "
+                "cancelled",
             )
             return
         if outcome.ok:
