@@ -15,7 +15,7 @@ import threading
 
 
 class PausableProxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, port: int = 0) -> None:
         # A host that is a directory is PostgreSQL's Unix socket directory (the embedded
         # server listens only there): the proxy then forwards to its socket file.
         self.target = (target_host, target_port)
@@ -26,7 +26,7 @@ class PausableProxy:
             if not found:
                 raise OSError(f"no PostgreSQL socket in {target_host}")
             self.unix_socket = found[0]
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server(("127.0.0.1", port))
         self.port: int = self.listener.getsockname()[1]
         self.running = threading.Event()  # set: forwarding
         self.running.set()

@@ -15,6 +15,7 @@ import pytest
 from psycopg.rows import DictRow
 
 import pgbaton
+from pgbaton import _sql
 
 from .test_metrics import free_port
 
@@ -79,6 +80,53 @@ def test_a_bad_allowed_host_is_refused_at_start(dsn: str, schema: str) -> None:
                          "--schema", schema, dsn=dsn)
     assert answer.returncode == 1
     assert "allowed host 'https://dash.example.com/' is not a host name" in answer.stderr
+
+
+@pytest.mark.parametrize("command", ["dashboard", "metrics"])
+def test_a_busy_port_is_one_line_and_exit_1(dsn: str, schema: str, command: str,
+                                            queue: pgbaton.Queue) -> None:
+    """A port another program listens on: one line naming the port and what to do, exit
+    1, and no line claiming the server started."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        answer = pgbaton_cli(command, "--port", str(port), "--schema", schema, dsn=dsn)
+    assert answer.returncode == 1, answer.stderr
+    assert answer.stderr.strip().splitlines() == [
+        f"pgbaton: error: port {port} on 127.0.0.1 is already in use: stop what listens "
+        "there, or choose another with --port"
+    ]
+
+
+def test_an_address_this_machine_lacks_is_one_line_and_exit_1(dsn: str, schema: str,
+                                                              queue: pgbaton.Queue) -> None:
+    """192.0.2.1 (an address kept for documentation) is on no interface here."""
+    answer = pgbaton_cli("dashboard", "--host", "192.0.2.1", "--port", "8123",
+                         "--schema", schema, dsn=dsn,
+                         PGBATON_DASHBOARD_TOKEN="a-strong-token-0123456789")
+    assert answer.returncode == 1, answer.stderr
+    assert answer.stderr.strip().splitlines() == [
+        "pgbaton: error: cannot listen on 192.0.2.1:8123: Cannot assign requested address"
+    ]
+
+
+def test_an_unreachable_database_or_unmigrated_schema_is_one_line_at_start(
+        dsn: str, schema: str) -> None:
+    """Checked before the dashboard says it started, as every command checks."""
+    answer = pgbaton_cli("dashboard", "--port", "0", "--schema", schema,
+                         dsn="postgresql://postgres@127.0.0.1:1/nowhere")
+    assert answer.returncode == 1
+    (line,) = answer.stderr.strip().splitlines()
+    assert line.startswith("pgbaton: error: cannot connect to PostgreSQL at "), line
+    answer = pgbaton_cli("dashboard", "--port", "0", "--schema", schema, dsn=dsn)
+    assert answer.returncode == 1
+    assert answer.stderr.strip().splitlines() == [
+        f"pgbaton: error: schema '{schema}' holds no pgbaton tables (this pgbaton needs "
+        f"version {_sql.schema_version()}): run `pgbaton migrate` or Queue.migrate()"
+    ]
 
 
 def get(url: str, host: str | None = None) -> tuple[int, bytes]:

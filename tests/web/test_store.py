@@ -51,3 +51,45 @@ async def test_last_hour_reads_past_minutes_once(
         assert [(r["done"], r["failed"]) for r in second] == [(3, 0), (0, 2), (9, 0)]
     finally:
         await store.close()
+
+
+async def test_a_store_opened_while_the_database_is_away_recovers_when_it_returns(
+        dsn: str, schema: str, queue: pgbaton.Queue, monkeypatch) -> None:
+    """A dashboard started before its database (or while it restarts) answers 503 while
+    no connection comes, then serves again once the database answers: its pool is
+    opened once and keeps reconnecting, never left opened-but-unusable."""
+    import socket
+
+    import pytest
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from pgbaton.web import store as store_module
+    from tests.runtime.proxy import PausableProxy
+
+    monkeypatch.setattr(store_module, "CONNECTION_WAIT_SECONDS", 1.0)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    target = conninfo_to_dict(dsn)
+    away = make_conninfo(dsn, host="127.0.0.1", port=str(port))
+    store = Store(away, schema)
+    try:
+        for _ in range(2):  # the second try meets the same pool, not a closed one
+            with pytest.raises(psycopg.OperationalError):
+                await store.ping()
+        proxy = PausableProxy(str(target.get("host") or "/tmp"),
+                              int(target.get("port") or 5432), port=port)
+        try:
+            for _ in range(100):
+                try:
+                    assert await store.ping()
+                    break
+                except psycopg.OperationalError:
+                    continue  # the pool's reconnect backoff; each try waits 1 s
+            else:
+                raise AssertionError("the store never reconnected")
+        finally:
+            await store.close()
+            proxy.close()
+    finally:
+        await store.close()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import socket
 import time
 from typing import Any
 
 import click
 
 from .._cli_common import dsn_option, resolve_dsn, schema_option
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PgbatonError
+from ..queue import Queue
 
 MISSING_EXTRA = "the dashboard needs its extra: pip install 'pgbaton[web]'"
 
@@ -57,11 +60,46 @@ def dashboard(*, host: str, port: int, app_spec: str | None, read_only: bool,
     hosts = Hosts.from_environment(allowed_hosts, bound=host)
     pgbaton_app = _load_app(app_spec) if app_spec else None
     dsn = resolve_dsn(dsn, fallback=pgbaton_app._dsn if pgbaton_app else None)
-    asgi = create_app(dsn, schema=pgbaton_app.schema if pgbaton_app else schema,
+    schema = pgbaton_app.schema if pgbaton_app else schema
+    # Reached and migrated before anything says it started: an unreachable database or
+    # an out-of-date schema is one line and exit 1, as for every command.
+    with Queue(dsn, schema=schema) as queue:
+        queue.ping()
+    asgi = create_app(dsn, schema=schema,
                       app=pgbaton_app, read_only=read_only, allowed_hosts=hosts.given,
                       bound_host=host)
-    click.echo(f"pgbaton dashboard on http://{host}:{port}/", err=True)
-    uvicorn.run(asgi, host=host, port=port, log_level="warning")
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()[1]
+    click.echo(f"pgbaton dashboard on http://{_url_host(host)}:{bound}/", err=True)
+    server = uvicorn.Server(uvicorn.Config(asgi, log_level="warning"))
+    server.run(sockets=[sock])
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and listening before anything says it started: a busy
+    port or an address this machine does not have is one line naming it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as error:
+        raise PgbatonError(f"cannot listen on {host}: {error.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise PgbatonError(
+                f"port {port} on {host} is already in use: stop what listens there, or "
+                "choose another with --port") from None
+        raise PgbatonError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @click.command()
@@ -78,7 +116,14 @@ def metrics(host: str, port: int, dsn: str | None, schema: str) -> None:
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(QueueCollector(resolve_dsn(dsn), schema))
-    start_http_server(port, addr=host, registry=registry)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise PgbatonError(
+                f"port {port} on {host} is already in use: stop what listens there, or "
+                "choose another with --port") from None
+        raise PgbatonError(f"cannot listen on {host}:{port}: {error.strerror}") from None
     click.echo(f"pgbaton metrics on http://{host}:{port}/metrics", err=True)
     while True:
         time.sleep(3600)

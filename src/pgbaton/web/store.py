@@ -31,6 +31,10 @@ class Overview:
     at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
 
+# How long a page waits for a connection before it is a 503.
+CONNECTION_WAIT_SECONDS = 10.0
+
+
 class Store:
     def __init__(self, dsn: str, schema: str, pool_size: int = 4) -> None:
         self.schema = schema
@@ -60,8 +64,12 @@ class Store:
         self._past_minutes: dict[dt.datetime, list[Row]] = {}
 
     async def open(self) -> None:
+        # Not wait=True: a pool whose first wait timed out is open and cannot be opened
+        # again, so a dashboard started while the database was away would answer 503
+        # for good. Open, the pool keeps reconnecting; a page waits for a connection
+        # (at most 10 s) and is a 503 while none comes.
         if not self._opened:
-            await self._pool.open(wait=True, timeout=10)
+            await self._pool.open(wait=False)
             self._opened = True
 
     async def close(self) -> None:
@@ -71,7 +79,7 @@ class Store:
 
     async def fetch(self, name: str, params: dict[str, Any] | None = None) -> list[Row]:
         await self.open()
-        async with self._pool.connection(timeout=10) as conn:
+        async with self._pool.connection(timeout=CONNECTION_WAIT_SECONDS) as conn:
             cursor = await conn.execute(self._sql[name], params)
             return await cursor.fetchall() if cursor.description else []
 
@@ -82,7 +90,7 @@ class Store:
 
     async def fetch_explained(self, name: str, params: dict[str, Any]) -> list[Row]:
         await self.open()
-        async with self._pool.connection(timeout=10) as conn:
+        async with self._pool.connection(timeout=CONNECTION_WAIT_SECONDS) as conn:
             cursor = await conn.execute(
                 "EXPLAIN (ANALYZE, BUFFERS) " + self._sql[name], params
             )
