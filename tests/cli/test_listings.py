@@ -41,8 +41,30 @@ def test_show_prints_every_error_as_text(failed_hostile_job, dsn, schema):
     result = pgbaton("show", str(failed_hostile_job), "--schema", schema, dsn=dsn)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "\x1b" not in result.stdout
-    assert "attempt 1: ValueError: expected [/] separator [link=" in result.stdout
+    assert " on w1: ValueError: expected [/] separator [link=" in result.stdout
     assert "[red]x[/red]" in result.stdout
+
+
+def test_show_prints_args_as_json_each_traceback_and_where_the_last_attempt_ran(
+        queue, dsn, schema):
+    """Args that `enqueue --args` takes back (JSON, not a Python repr), every attempt's
+    stored traceback under its line, and, for a failed job whose holder is cleared,
+    the worker its last attempt ran on."""
+    job = queue.enqueue("report", {"month": "märz", "ok": True, "n": None}, max_attempts=1)
+    [claim] = queue.claim("worker-9", limit=1)
+    try:
+        raise LookupError("no rows for märz")
+    except LookupError as error:
+        assert queue.fail(claim, error)
+    result = pgbaton("show", str(job), "--schema", schema, dsn=dsn)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '{"n": null, "ok": true, "month": "märz"}' in result.stdout  # jsonb's order
+    assert "none now (attempt 1 ran on worker-9)" in result.stdout
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "on worker-9: LookupError: no rows" in line)
+    assert lines[at + 1] == "    Traceback (most recent call last):"
+    assert any("test_listings.py" in line for line in lines[at + 2:])
+    assert lines[-1] == "    LookupError: no rows for märz"
 
 
 def test_tables_on_a_pipe_are_printed_whole(queue, dsn, schema):

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from .. import _sql, logs
+from .. import _sql, logs, tracebacks
 from .. import app as app_module
 from .._cli_common import (
     BEFORE_COMMAND,
@@ -453,11 +453,31 @@ def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: boo
         return
     fields = dataclasses.asdict(job)
     errors = fields.pop("errors")
-    _table(f"job {job_id}", ["field", "value"], [[k, v] for k, v in fields.items()])
+    if fields["worker_id"] is None and errors and errors[-1].get("worker_id"):
+        # A failed job's holder is cleared; where its last attempt ran is in its error.
+        last = errors[-1]
+        fields["worker_id"] = f"none now (attempt {last.get('attempt')} ran on " \
+                              f"{last['worker_id']})"
+    _table(f"job {job_id}", ["field", "value"],
+           [[name, _as_shown(value)] for name, value in fields.items()])
     for error in errors:
+        where = f" on {error['worker_id']}" if error.get("worker_id") else ""
         click.echo(printable(
-            f"attempt {error.get('attempt')}: {error.get('type')}: {error.get('message')}"
+            f"attempt {error.get('attempt')} at {error.get('at')}{where}: "
+            f"{error.get('type')}: {error.get('message')}"
         ))
+        if error.get("traceback"):
+            # printable() shows escape characters escaped; newlines are kept per line.
+            for line in tracebacks.folded(str(error["traceback"])).rstrip("\n").split("\n"):
+                click.echo("    " + printable(line))
+
+
+def _as_shown(value: Any) -> Any:
+    """Args, results and headers as JSON (what `enqueue --args` takes back), not a
+    Python repr."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return value
 
 
 @main.command()

@@ -43,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import _database, _sql
+from .. import _database, _sql, tracebacks
 from .._checks import check_job_id
 from .._sql import notify_channel
 from ..actions import ACTIONS, BY_NAME, offered
@@ -128,6 +128,7 @@ class Dashboard:
         self.templates.env.globals["age"] = age
         self.templates.env.filters["when"] = _when
         self.templates.env.filters["pretty"] = _pretty
+        self.templates.env.filters["traceback_parts"] = tracebacks.parts
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(QueueCollector(dsn, self.schema))
         self.hub = LiveHub(dsn, notify_channel(self.schema), self.render_overview_panel)
