@@ -55,7 +55,8 @@ def test_show_prints_args_as_json_each_traceback_and_where_the_last_attempt_ran(
     try:
         raise LookupError("no rows for märz")
     except LookupError as error:
-        assert queue.fail(claim, error)
+        failed = queue.fail(claim, error)
+    assert failed
     result = pgbaton("show", str(job), "--schema", schema, dsn=dsn)
     assert result.returncode == 0, result.stderr[-2000:]
     assert '{"n": null, "ok": true, "month": "märz"}' in result.stdout  # jsonb's order
