@@ -65,6 +65,7 @@ from .errors import (
     ConnectionFailed,
     IdempotencyKeyTaken,
     InvalidArgument,
+    UniqueJobUnseen,
 )
 from .events import Event, Events
 from .flow import (
@@ -78,6 +79,7 @@ from .flow import (
 from .integrations.connections import AsyncCallerConnection, psycopg_connection
 from .job_filter import JobFilter, check_upto
 from .models import Claim, Enqueued, HistoryPartition, Job, QueueStats
+from .unique import Unique, check_unique
 
 Row = dict[str, Any]
 
@@ -88,6 +90,9 @@ FLOW_RECHECK_SECONDS = 1.0
 # How long a COPY batch whose connection was lost waits for the backend that ran it to
 # end, so that whether it was written can be told (_copy_outcome).
 COPY_OUTCOME_WAIT_SECONDS = 5.0
+# How many times a unique enqueue runs again when the job that blocked it was committed
+# after its statement's snapshot (_insert_unique): each run needs a new such job.
+UNIQUE_ATTEMPTS = 5
 Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
 
 
@@ -393,14 +398,23 @@ class AsyncQueue:
         after: Iterable[int] | None = None,
         after_failure: str = "cancel",
         limit_key: str | None = None,
+        unique: Unique | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
         that job's id (enqueue_once() also says whether the job is new). With after=,
         the job waits until those jobs are done; if one fails or is cancelled, it is
         cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md).
-        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md)."""
+        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md).
+        unique: a job of the same unique key that blocks this one is kept (its id comes
+        back), replaced or pushed back instead (docs/howto/unique.md)."""
         dependencies.check_after_failure("", after_failure)
+        if unique is not None:
+            return (await self._enqueue_unique(
+                task, args, unique, queue=queue, priority=priority, run_at=run_at,
+                delay=delay, key=key, idempotency_key=idempotency_key,
+                max_attempts=max_attempts, conn=conn, after=after, limit_key=limit_key,
+            )).id
         if dependencies.check_after("", after, labels=False):
             if idempotency_key is not None:
                 raise InvalidArgument(
@@ -425,6 +439,64 @@ class AsyncQueue:
             job_id = await self._insert_one(params, conn)
             span.sent([job_id])
             return job_id
+
+    async def _enqueue_unique(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None,
+        unique: Unique,
+        *,
+        queue: str,
+        priority: int,
+        run_at: dt.datetime | None,
+        delay: float | None,
+        key: str | None,
+        idempotency_key: str | None,
+        max_attempts: int,
+        conn: AsyncCallerConnection | None,
+        after: Iterable[int] | None,
+        limit_key: str | None,
+    ) -> Enqueued:
+        check_unique(unique, after=after, idempotency_key=idempotency_key, run_at=run_at,
+                     delay=delay)
+        params = job_params(
+            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            key=key, max_attempts=max_attempts, limit_key=limit_key,
+        )
+        params |= unique.params(task, args or {}, queue)
+        conn = await self._provided(conn)
+        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
+            params["meta"] = meta_json(span)
+            enqueued = await self._insert_unique(params, conn)
+            span.sent([enqueued.id])
+            return enqueued
+
+    async def _insert_unique(
+        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
+    ) -> Enqueued:
+        """job_insert_unique, again while the job that blocked it is one this statement's
+        snapshot could not see (committed since): each run sees what committed before it,
+        so another only follows a job that ended or was written in the meantime."""
+        for _ in range(UNIQUE_ATTEMPTS):
+            rows = await self._fetch("job_insert_unique", params, conn)
+            if rows:
+                row = rows[0]
+                enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
+                                    outcome=row["outcome"], status=row["status"])
+                self._unique_enqueued(enqueued, params["task"], params["queue"])
+                return enqueued
+        raise UniqueJobUnseen(
+            f"task {params['task']!r}: a job of the same unique key kept blocking this "
+            f"enqueue and could not be read {UNIQUE_ATTEMPTS} times in a row (a "
+            "transaction that does not see what committed after it began?); nothing was "
+            "written"
+        )
+
+    def _unique_enqueued(self, enqueued: Enqueued, task: str, queue: str) -> None:
+        if self.events.active:
+            name = "job.enqueued" if enqueued.created else f"job.unique_{enqueued.outcome}"
+            self.events.emit(Event(name, job_id=enqueued.id, task=task, queue=queue,
+                                   detail={"status": enqueued.status}))
 
     async def _insert_one(
         self, params: dict[str, Any], conn: AsyncCallerConnection | None
@@ -460,7 +532,7 @@ class AsyncQueue:
         task: str,
         args: Mapping[str, Any] | None = None,
         *,
-        idempotency_key: str,
+        idempotency_key: str | None = None,
         queue: str = "default",
         priority: int = 0,
         run_at: dt.datetime | None = None,
@@ -469,13 +541,23 @@ class AsyncQueue:
         max_attempts: int = 5,
         conn: AsyncCallerConnection | None = None,
         limit_key: str | None = None,
+        unique: Unique | None = None,
     ) -> Enqueued:
         """Add one job unless a job of the same task already has this idempotency key.
         Returns the job's id and whether this call created it; a job that existed is
-        returned as it is (its args are not compared), and nothing is written."""
+        returned as it is (its args are not compared), and nothing is written. With
+        unique= instead of a key: enqueue(unique=), saying what it did (Enqueued's
+        outcome: created, kept, replaced or debounced; docs/howto/unique.md)."""
+        if unique is not None:
+            return await self._enqueue_unique(
+                task, args, unique, queue=queue, priority=priority, run_at=run_at,
+                delay=delay, key=key, idempotency_key=idempotency_key,
+                max_attempts=max_attempts, conn=conn, after=None, limit_key=limit_key,
+            )
         if not isinstance(idempotency_key, str):
             raise InvalidArgument(
-                f"enqueue_once needs an idempotency_key string, got {idempotency_key!r}"
+                "enqueue_once needs an idempotency_key string or unique=, got "
+                f"idempotency_key={idempotency_key!r}"
             )
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
