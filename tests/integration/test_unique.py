@@ -278,3 +278,96 @@ def test_hostile_args_make_keys_not_statements(queue, db):
     ids = [queue.enqueue("t", {"name": n}, unique=unique) for n in names]
     assert [queue.enqueue("t", {"name": n}, unique=unique) for n in names] == ids
     assert len(set(ids)) == 4 and len(_rows(db)) == 4
+
+
+# -- replace and debounce -------------------------------------------------------------
+
+
+def _job(db: psycopg.Connection, job_id: int) -> dict:
+    row = db.execute(
+        "SELECT args, priority, run_at, status, now() AS now FROM jobs WHERE id = %s",
+        (job_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def test_replace_gives_a_pending_job_the_new_args_priority_and_run_at(queue, db):
+    """conflict="replace": the pending job of the key keeps its id and takes the new
+    args, priority and run_at; the call says "replaced"."""
+    unique = Unique(args=["tenant"], conflict="replace")
+    later = dt.datetime(2031, 1, 1, tzinfo=UTC)
+    first = queue.enqueue_once("r", {"tenant": "a", "v": 1}, unique=unique)
+    assert (first.created, first.outcome) == (True, "created")
+    again = queue.enqueue_once("r", {"tenant": "a", "v": 2}, priority=5, run_at=later,
+                               unique=unique)
+    assert again == pgbaton.Enqueued(first.id, False, "replaced", "pending")
+    row = _job(db, first.id)
+    assert (row["args"], row["priority"], row["run_at"]) == ({"tenant": "a", "v": 2}, 5, later)
+    assert len(_rows(db)) == 1
+
+
+def test_replace_and_debounce_keep_a_running_job_and_say_so(queue, db):
+    """A running job of the key is neither changed nor locked: the call says "kept"
+    with status "running", and the job's worker completes it as usual."""
+    for conflict, options in (("replace", {}), ("debounce", {"delay": 60})):
+        unique = Unique(args=[], conflict=conflict, **options)  # type: ignore[arg-type]
+        job_id = queue.enqueue(conflict, {"v": 1}, unique=unique)
+        db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job_id,))  # due
+        (claim,) = queue.claim("w", tasks=[conflict])
+        told = queue.enqueue_once(conflict, {"v": 2}, unique=unique)
+        assert told == pgbaton.Enqueued(job_id, False, "kept", "running")
+        assert _job(db, job_id)["args"] == {"v": 1}
+        assert queue.complete(claim)
+        assert queue.enqueue(conflict, {"v": 3}, unique=unique) != job_id
+
+
+def test_debounce_pushes_the_job_back_at_each_call(queue, db):
+    """conflict="debounce": a new job is due delay seconds from now; each later call
+    moves the pending job's run_at to now plus delay and gives it its args."""
+    unique = Unique(args=["index"], conflict="debounce", delay=30)
+    first = queue.enqueue_once("reindex", {"index": "docs", "n": 1}, unique=unique)
+    row = _job(db, first.id)
+    assert dt.timedelta(seconds=29) < row["run_at"] - row["now"] <= dt.timedelta(seconds=30)
+    db.execute("UPDATE jobs SET run_at = run_at - interval '20 seconds'")
+    again = queue.enqueue_once("reindex", {"index": "docs", "n": 2}, unique=unique)
+    assert again == pgbaton.Enqueued(first.id, False, "debounced", "pending")
+    row = _job(db, first.id)
+    assert row["args"] == {"index": "docs", "n": 2}
+    assert dt.timedelta(seconds=29) < row["run_at"] - row["now"] <= dt.timedelta(seconds=30)
+    assert queue.claim("w") == []  # not due while the calls go on
+    assert len(_rows(db)) == 1
+
+
+def test_a_replace_rolled_back_changes_nothing(queue, dsn, db):
+    """A replace in the caller's transaction that rolls back leaves the job as it was;
+    until it ends, the job is locked and no claim takes it half-replaced."""
+    unique = Unique(args=[], conflict="replace")
+    job_id = queue.enqueue("r", {"v": 1}, unique=unique)
+    with psycopg.connect(dsn) as conn:
+        assert queue.enqueue("r", {"v": 2}, unique=unique, conn=conn) == job_id
+        assert queue.claim("w") == []
+        conn.rollback()
+    assert _job(db, job_id)["args"] == {"v": 1}
+    assert [c.id for c in queue.claim("w")] == [job_id]
+
+
+def test_kept_replaced_and_debounced_enqueues_are_events(queue, db):
+    """job.unique_kept, job.unique_replaced and job.unique_debounced name the existing
+    job and its status; a created unique job is job.enqueued."""
+    heard: list[pgbaton.Event] = []
+    queue.events.subscribe(heard.append)
+    keep = queue.enqueue("k", unique=Unique())
+    queue.enqueue("k", unique=Unique())
+    replaced = queue.enqueue("r", unique=Unique(conflict="replace"))
+    queue.enqueue("r", unique=Unique(conflict="replace"))
+    debounced = queue.enqueue("d", unique=Unique(conflict="debounce", delay=5))
+    queue.enqueue("d", unique=Unique(conflict="debounce", delay=5))
+    assert queue.events.flush()
+    assert [(e.name, e.job_id, e.task, (e.detail or {}).get("status")) for e in heard] == [
+        ("job.enqueued", keep, "k", "pending"),
+        ("job.unique_kept", keep, "k", "pending"),
+        ("job.enqueued", replaced, "r", "pending"),
+        ("job.unique_replaced", replaced, "r", "pending"),
+        ("job.enqueued", debounced, "d", "pending"),
+        ("job.unique_debounced", debounced, "d", "pending"),
+    ]
