@@ -29,6 +29,7 @@ from psycopg.types.json import JsonbLoader
 from . import _database_async as database
 from . import _sql, dependencies, history
 from ._checks import (
+    JOB_DEFAULTS,
     CopyRow,
     as_claim_list,
     check_filter,
@@ -624,6 +625,8 @@ class AsyncQueue:
         params = many_job_params(jobs, encode=False)
         if not params["count"]:
             return []
+        if params["uniques"]:
+            return await self._enqueue_many_unique(params, conn)
         if params["count"] >= self.copy_min_jobs and not params["idempotency_keys"]:
             rows: list[CopyRow] | None = copy_job_rows(params["rows"])
         else:
@@ -638,6 +641,44 @@ class AsyncQueue:
             span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+        return ids
+
+    async def _enqueue_many_unique(
+        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
+    ) -> list[int]:
+        """A batch with unique jobs, all or nothing in one transaction (a savepoint in
+        the caller's): the other jobs in one job_insert_many, never by COPY, which cannot
+        skip a conflict; then each unique job in input order, so that a key repeated in
+        the batch meets its first job as a later call would. Ids in input order."""
+        rows: list[dict[str, Any]] = params["rows"]
+        uniques: dict[int, Unique] = params["uniques"]
+        unique_params: dict[int, dict[str, Any]] = {}
+        for position, unique in uniques.items():
+            job = {**JOB_DEFAULTS, **rows[position]}
+            try:
+                check_unique(unique, idempotency_key=job["idempotency_key"],
+                             run_at=job["run_at"], delay=job["delay"] or None)
+                job["args"] = to_json(job["args"], f"args for task {job['task']!r}")
+                unique_params[position] = job | unique.params(
+                    job["task"], rows[position].get("args") or {}, job["queue"])
+            except InvalidArgument as error:
+                raise type(error)(f"job {position}: {error}") from None
+        plain = [position for position in range(len(rows)) if position not in uniques]
+        plain_params = encode_job_rows({**params, "rows": [rows[p] for p in plain],
+                                        "count": len(plain)}) if plain else None
+        ids: list[int] = [0] * len(rows)
+        conn = await self._provided(conn)
+        with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
+            meta = meta_json(span)
+            async with self._transaction(conn) as held:
+                if plain_params is not None:
+                    written = await self._insert_many(plain_params, meta, held)
+                    for position, job_id in zip(plain, written, strict=True):
+                        ids[position] = job_id
+                for position, job in unique_params.items():
+                    job["meta"] = meta
+                    ids[position] = (await self._insert_unique(job, held)).id
+            span.sent(ids)
         return ids
 
     async def _insert_many(
@@ -752,8 +793,17 @@ class AsyncQueue:
     ) -> list[int]:
         """Jobs with parents or in a batch, in one transaction (inside the enqueue hook,
         as every enqueue): see _write_graph."""
+        jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
         plan = dependencies.plan(jobs)
         params = many_job_params(plan.jobs)
+        if params["uniques"]:
+            at = next((p for p in params["uniques"] if batch is not None
+                       or jobs[p].get("after") is not None), min(params["uniques"]))
+            raise InvalidArgument(
+                f"job {at}: unique= cannot be combined with after= or batch= (a job "
+                "waiting for its parents is not found, replaced or pushed back with its "
+                "edges); nothing was written"
+            )
         batch_params = None if batch is None else batch.params(params["count"])
         if not params["count"]:
             return []
