@@ -17,6 +17,7 @@ from .errors import (
     SchemaOutOfDate,
     SchemaTooNew,
     ServerTooOld,
+    UniqueJobUnseen,
     UnknownTask,
 )
 from .events import Event
@@ -25,6 +26,7 @@ from .job_filter import JobFilter
 from .models import Backoff, Claim, Enqueued, HistoryPartition, Job, QueueStats
 from .queue import Queue
 from .queue_async import AsyncQueue
+from .unique import Unique
 from .worker import Worker, WorkerConfig
 
 __all__ = [
@@ -65,6 +67,8 @@ __all__ = [
     "ServerTooOld",
     "Task",
     "TypedTask",
+    "Unique",
+    "UniqueJobUnseen",
     "UnknownTask",
     "Worker",
     "WorkerConfig",

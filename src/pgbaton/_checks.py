@@ -316,8 +316,10 @@ def many_job_params(
 ) -> dict[str, Any]:
     """Check every job before any is written; encode them all as one JSON array in
     which each job carries only what differs from JOB_DEFAULTS. With encode false the
-    checked jobs come back unencoded as "rows", for copy_job_rows."""
+    checked jobs come back unencoded as "rows", for copy_job_rows. A job's `unique`
+    (docs/howto/unique.md) is taken out of its row into "uniques", by position."""
     rows: list[dict[str, Any]] = []
+    uniques: dict[int, Any] = {}
     known_tasks: set[str] = set()
     queues: set[str] = set()  # the batch's queue when it has one (the tracing span's)
     idempotency_keys = False
@@ -337,14 +339,19 @@ def many_job_params(
             continue
         if not isinstance(job, Mapping) or "task" not in job:
             raise InvalidArgument(f"job {position} must be a mapping with a 'task'")
-        unknown = job.keys() - ENQUEUE_OPTIONS - {"task", "args"}
+        unknown = job.keys() - ENQUEUE_OPTIONS - {"task", "args", "unique"}
         if unknown:
             raise InvalidArgument(
                 f"job {position} has unknown fields {sorted(unknown)}; allowed: task, args, "
-                f"{', '.join(sorted(ENQUEUE_OPTIONS))}"
+                f"{', '.join(sorted(ENQUEUE_OPTIONS))}, unique"
             )
+        fields = job
+        if "unique" in job:
+            if job["unique"] is not None:
+                uniques[position] = job["unique"]
+            fields = {name: value for name, value in job.items() if name != "unique"}
         try:
-            row = job_params(**job, encode_args=False)
+            row = job_params(**fields, encode_args=False)
         except InvalidArgument as error:
             raise type(error)(f"job {position}: {error}") from None
         known_tasks.add(row["task"])
@@ -356,7 +363,7 @@ def many_job_params(
             name: value for name, value in row.items()
             if name not in JOB_DEFAULTS or value != JOB_DEFAULTS[name]
         })
-    checked = {"count": len(rows), "idempotency_keys": idempotency_keys,
+    checked = {"count": len(rows), "idempotency_keys": idempotency_keys, "uniques": uniques,
                "queue": next(iter(queues)) if len(queues) == 1 else None, "rows": rows}
     return encode_job_rows(checked) if encode else checked
 

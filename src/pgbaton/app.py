@@ -49,10 +49,11 @@ from .integrations.connections import (
     ConnectionProvider,
 )
 from .middleware import Middleware
-from .models import Backoff
+from .models import Backoff, Enqueued
 from .queue import Queue
 from .queue_async import AsyncQueue
 from .routes import Routes
+from .unique import Unique, check_unique
 
 if TYPE_CHECKING:
     from .dependencies import Batch
@@ -90,6 +91,7 @@ class EnqueueOptions(TypedDict, total=False):
     after: Iterable[int] | None
     after_failure: Literal["cancel", "run"]
     limit_key: str | None
+    unique: Unique | None
 
 
 def check_enqueue_options(task: str, options: Mapping[str, Any]) -> None:
@@ -131,6 +133,7 @@ class Task:
         timeout: float | None,
         lease: float | None,
         pass_context: bool,
+        unique: Unique | None = None,
     ) -> None:
         self.app = app
         self.func = func
@@ -157,7 +160,18 @@ class Task:
                 any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters),
             )
         )
+        self.unique = unique
+        if unique is not None:
+            check_unique(unique)
+            unique.check_names(name, self.names_taken())
         functools.update_wrapper(self, func)
+
+    def names_taken(self) -> frozenset[str] | None:
+        """The arg names the handler takes; None when it takes any (**kwargs)."""
+        parameters = self.signature.parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return None
+        return frozenset(p.name for p in parameters if p.kind in _BY_NAME)
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"
@@ -220,6 +234,12 @@ class Task:
             if merged["key"] is not None:
                 merged["key"] = str(merged["key"])
         merged.update(options)
+        unique = merged.get("unique")
+        if unique is None and "unique" not in options and self.unique is not None:
+            merged["unique"] = unique = self.unique
+        if unique is not None and unique is not self.unique:
+            check_unique(unique)
+            unique.check_names(self.name, self.names_taken())
         return merged
 
     def enqueue(
@@ -247,6 +267,33 @@ class Task:
         self.check_args(args)
         job = self.job_options(args, options)
         return await self.app.async_queue_for(job["queue"]).enqueue(
+            self.name, args, conn=conn, **job
+        )
+
+    def enqueue_once(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: CallerConnection | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """Queue.enqueue_once for this task (its unique=, or the idempotency_key= or
+        unique= given): what the enqueue did, Enqueued(id, created, outcome, status)."""
+        self.check_args(args)
+        job = self.job_options(args, options)
+        return self.app.queue_for(job["queue"]).enqueue_once(self.name, args, conn=conn, **job)
+
+    async def enqueue_once_async(
+        self,
+        args: Mapping[str, Any] | None = None,
+        *,
+        conn: AsyncCallerConnection | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """enqueue_once() through the App's AsyncQueue."""
+        self.check_args(args)
+        job = self.job_options(args, options)
+        return await self.app.async_queue_for(job["queue"]).enqueue_once(
             self.name, args, conn=conn, **job
         )
 
@@ -643,6 +690,7 @@ class App:
         timeout: float | None = None,
         lease: float | None = None,
         pass_context: Literal[False] = False,
+        unique: Unique | None = None,
     ) -> Callable[[Callable[P, R]], TypedTask[P, R]]: ...
 
     @overload
@@ -658,6 +706,7 @@ class App:
         timeout: float | None = None,
         lease: float | None = None,
         pass_context: Literal[True],
+        unique: Unique | None = None,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextTask[P, R]]: ...
 
     def task(
@@ -672,11 +721,13 @@ class App:
         timeout: float | None = None,
         lease: float | None = None,
         pass_context: bool = False,
+        unique: Unique | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, async def or plain def. Its job's args are its keyword
         arguments; with pass_context=True a JobContext comes first. A job that raises is
         tried again after retry(attempt) seconds (default: pgbaton.Backoff()) until it
-        has had max_attempts tries (docs/howto/retries.md)."""
+        has had max_attempts tries (docs/howto/retries.md). unique: what makes two of
+        its jobs the same (docs/howto/unique.md)."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
@@ -687,6 +738,7 @@ class App:
             task = kind(
                 self, func, name=task_name, queue=queue, max_attempts=max_attempts,
                 retry=retry, key=key, timeout=timeout, lease=lease, pass_context=pass_context,
+                unique=unique,
             )
             self.tasks[task_name] = task
             return task

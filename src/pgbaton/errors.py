@@ -5,6 +5,7 @@
      +-- InvalidArgument (ValueError) a value pgbaton cannot accept; nothing was written
      |    +-- NotSerializable (TypeError too)  args or a result that JSON cannot hold
      |    +-- IdempotencyKeyTaken    the key belongs to a job of another task
+     +-- UniqueJobUnseen             a unique enqueue met a job it could not read
      +-- ConnectionFailed            the server cannot be reached, or went away mid-call
      +-- ServerTooOld                PostgreSQL older than 13 (no built-in gen_random_uuid)
      +-- SchemaError                 the schema does not match this version of pgbaton
@@ -40,6 +41,11 @@ class NotSerializable(InvalidArgument, TypeError):
 class IdempotencyKeyTaken(InvalidArgument):
     """An idempotency key already used by a job of another task, refused while the schema
     keeps the previous release's global index (docs/guarantees.md). Nothing was written."""
+
+
+class UniqueJobUnseen(PgbatonError):
+    """A unique enqueue kept meeting a job of its key that its transaction could not
+    read (docs/howto/unique.md). Nothing was written."""
 
 
 class ConnectionFailed(PgbatonError):

@@ -31,6 +31,12 @@ logger = logging.getLogger("pgbaton.events")
 # name -> when it is emitted. The table of docs/events.md is checked against this one.
 EVENTS: dict[str, str] = {
     "job.enqueued": "a job was written by enqueue() (count > 1 for one enqueue_many call)",
+    "job.unique_kept": "a unique enqueue met a job of its key and wrote nothing (job_id: "
+                       "that job; detail: its status)",
+    "job.unique_replaced": "a unique enqueue gave its args, priority and run_at to the "
+                           "pending job of its key (conflict=\"replace\")",
+    "job.unique_debounced": "a unique enqueue pushed the pending job of its key back and "
+                            "gave it its args (conflict=\"debounce\")",
     "job.claimed": "a worker claimed the job (its attempt number is already counted)",
     "job.started": "its handler started on a worker; queue_time = start - run_at",
     "job.succeeded": "the handler returned and the completion was written",

@@ -44,6 +44,10 @@ MAX_SECONDS = 10 * 365.25 * 24 * 3600
 # every job in its priority, which is never what the caller meant.
 EARLIEST_RUN_AT = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
+# A unique job's window (Unique(period=)): at least a millisecond, at most MAX_SECONDS;
+# windows are numbered from the epoch, so a shorter one would only count microseconds.
+MIN_UNIQUE_PERIOD_SECONDS = 0.001
+
 # The width of a jobs_history partition (the history retention mode, docs/retention.md):
 # whole minutes, so that a partition's name (its start, to the minute) is unique, and at
 # most a month. Every look-up of a job by id that misses jobs probes each partition, so

@@ -37,11 +37,19 @@ DEFAULT_BACKOFF = Backoff()
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     """What enqueue_once() did: the job's id, and whether this call created the job
-    (False: a job of the same task already had the idempotency key, and nothing was
-    written)."""
+    (False: a job of the same task already had the idempotency key, or a job of the
+    unique key blocked it). outcome: "created", "kept" (nothing was written),
+    "replaced" or "debounced" (docs/howto/unique.md); status: the job's status as the
+    call found or left it, when known."""
 
     id: int
     created: bool
+    outcome: str = ""
+    status: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.outcome:
+            object.__setattr__(self, "outcome", "created" if self.created else "kept")
 
 
 @dataclass(slots=True)
@@ -119,6 +127,10 @@ class Job:
     batch_id: int | None = None  # the batch it belongs to (docs/dependencies.md)
     waiting_for: int | None = None  # how many parents have not finished; None: no parents
     meta: dict[str, Any] | None = None  # headers: the enqueuing span's trace context
+    # A unique job's key (SHA-256, docs/howto/unique.md) and the states in which it
+    # blocks another job of that key; None for a job enqueued without unique=.
+    unique_key: bytes | None = None
+    unique_states: list[str] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

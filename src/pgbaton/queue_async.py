@@ -29,6 +29,7 @@ from psycopg.types.json import JsonbLoader
 from . import _database_async as database
 from . import _sql, dependencies, history
 from ._checks import (
+    JOB_DEFAULTS,
     CopyRow,
     as_claim_list,
     check_filter,
@@ -65,6 +66,7 @@ from .errors import (
     ConnectionFailed,
     IdempotencyKeyTaken,
     InvalidArgument,
+    UniqueJobUnseen,
 )
 from .events import Event, Events
 from .flow import (
@@ -78,6 +80,7 @@ from .flow import (
 from .integrations.connections import AsyncCallerConnection, psycopg_connection
 from .job_filter import JobFilter, check_upto
 from .models import Claim, Enqueued, HistoryPartition, Job, QueueStats
+from .unique import Unique, check_unique
 
 Row = dict[str, Any]
 
@@ -88,6 +91,9 @@ FLOW_RECHECK_SECONDS = 1.0
 # How long a COPY batch whose connection was lost waits for the backend that ran it to
 # end, so that whether it was written can be told (_copy_outcome).
 COPY_OUTCOME_WAIT_SECONDS = 5.0
+# How many times a unique enqueue runs again when the job that blocked it was committed
+# after its statement's snapshot (_insert_unique): each run needs a new such job.
+UNIQUE_ATTEMPTS = 5
 Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
 
 
@@ -393,14 +399,23 @@ class AsyncQueue:
         after: Iterable[int] | None = None,
         after_failure: str = "cancel",
         limit_key: str | None = None,
+        unique: Unique | None = None,
     ) -> int:
         """Add one job; returns its id. With conn=, it is written in the caller's
         transaction. An idempotency key that a job of the same task already has returns
         that job's id (enqueue_once() also says whether the job is new). With after=,
         the job waits until those jobs are done; if one fails or is cancelled, it is
         cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md).
-        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md)."""
+        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md).
+        unique: a job of the same unique key that blocks this one is kept (its id comes
+        back), replaced or pushed back instead (docs/howto/unique.md)."""
         dependencies.check_after_failure("", after_failure)
+        if unique is not None:
+            return (await self._enqueue_unique(
+                task, args, unique, queue=queue, priority=priority, run_at=run_at,
+                delay=delay, key=key, idempotency_key=idempotency_key,
+                max_attempts=max_attempts, conn=conn, after=after, limit_key=limit_key,
+            )).id
         if dependencies.check_after("", after, labels=False):
             if idempotency_key is not None:
                 raise InvalidArgument(
@@ -425,6 +440,64 @@ class AsyncQueue:
             job_id = await self._insert_one(params, conn)
             span.sent([job_id])
             return job_id
+
+    async def _enqueue_unique(
+        self,
+        task: str,
+        args: Mapping[str, Any] | None,
+        unique: Unique,
+        *,
+        queue: str,
+        priority: int,
+        run_at: dt.datetime | None,
+        delay: float | None,
+        key: str | None,
+        idempotency_key: str | None,
+        max_attempts: int,
+        conn: AsyncCallerConnection | None,
+        after: Iterable[int] | None,
+        limit_key: str | None,
+    ) -> Enqueued:
+        check_unique(unique, after=after, idempotency_key=idempotency_key, run_at=run_at,
+                     delay=delay)
+        params = job_params(
+            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+            key=key, max_attempts=max_attempts, limit_key=limit_key,
+        )
+        params |= unique.params(task, args or {}, queue)
+        conn = await self._provided(conn)
+        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
+            params["meta"] = meta_json(span)
+            enqueued = await self._insert_unique(params, conn)
+            span.sent([enqueued.id])
+            return enqueued
+
+    async def _insert_unique(
+        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
+    ) -> Enqueued:
+        """job_insert_unique, again while the job that blocked it is one this statement's
+        snapshot could not see (committed since): each run sees what committed before it,
+        so another only follows a job that ended or was written in the meantime."""
+        for _ in range(UNIQUE_ATTEMPTS):
+            rows = await self._fetch("job_insert_unique", params, conn)
+            if rows:
+                row = rows[0]
+                enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
+                                    outcome=row["outcome"], status=row["status"])
+                self._unique_enqueued(enqueued, params["task"], params["queue"])
+                return enqueued
+        raise UniqueJobUnseen(
+            f"task {params['task']!r}: a job of the same unique key kept blocking this "
+            f"enqueue and could not be read {UNIQUE_ATTEMPTS} times in a row (a "
+            "transaction that does not see what committed after it began?); nothing was "
+            "written"
+        )
+
+    def _unique_enqueued(self, enqueued: Enqueued, task: str, queue: str) -> None:
+        if self.events.active:
+            name = "job.enqueued" if enqueued.created else f"job.unique_{enqueued.outcome}"
+            self.events.emit(Event(name, job_id=enqueued.id, task=task, queue=queue,
+                                   detail={"status": enqueued.status}))
 
     async def _insert_one(
         self, params: dict[str, Any], conn: AsyncCallerConnection | None
@@ -460,7 +533,7 @@ class AsyncQueue:
         task: str,
         args: Mapping[str, Any] | None = None,
         *,
-        idempotency_key: str,
+        idempotency_key: str | None = None,
         queue: str = "default",
         priority: int = 0,
         run_at: dt.datetime | None = None,
@@ -469,13 +542,23 @@ class AsyncQueue:
         max_attempts: int = 5,
         conn: AsyncCallerConnection | None = None,
         limit_key: str | None = None,
+        unique: Unique | None = None,
     ) -> Enqueued:
         """Add one job unless a job of the same task already has this idempotency key.
         Returns the job's id and whether this call created it; a job that existed is
-        returned as it is (its args are not compared), and nothing is written."""
+        returned as it is (its args are not compared), and nothing is written. With
+        unique= instead of a key: enqueue(unique=), saying what it did (Enqueued's
+        outcome: created, kept, replaced or debounced; docs/howto/unique.md)."""
+        if unique is not None:
+            return await self._enqueue_unique(
+                task, args, unique, queue=queue, priority=priority, run_at=run_at,
+                delay=delay, key=key, idempotency_key=idempotency_key,
+                max_attempts=max_attempts, conn=conn, after=None, limit_key=limit_key,
+            )
         if not isinstance(idempotency_key, str):
             raise InvalidArgument(
-                f"enqueue_once needs an idempotency_key string, got {idempotency_key!r}"
+                "enqueue_once needs an idempotency_key string or unique=, got "
+                f"idempotency_key={idempotency_key!r}"
             )
         params = job_params(
             task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
@@ -542,6 +625,8 @@ class AsyncQueue:
         params = many_job_params(jobs, encode=False)
         if not params["count"]:
             return []
+        if params["uniques"]:
+            return await self._enqueue_many_unique(params, conn)
         if params["count"] >= self.copy_min_jobs and not params["idempotency_keys"]:
             rows: list[CopyRow] | None = copy_job_rows(params["rows"])
         else:
@@ -556,6 +641,44 @@ class AsyncQueue:
             span.sent(ids)
         if self.events.active:
             self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+        return ids
+
+    async def _enqueue_many_unique(
+        self, params: Mapping[str, Any], conn: AsyncCallerConnection | None
+    ) -> list[int]:
+        """A batch with unique jobs, all or nothing in one transaction (a savepoint in
+        the caller's): the other jobs in one job_insert_many, never by COPY, which cannot
+        skip a conflict; then each unique job in input order, so that a key repeated in
+        the batch meets its first job as a later call would. Ids in input order."""
+        rows: list[dict[str, Any]] = params["rows"]
+        uniques: dict[int, Unique] = params["uniques"]
+        unique_params: dict[int, dict[str, Any]] = {}
+        for position, unique in uniques.items():
+            job = {**JOB_DEFAULTS, **rows[position]}
+            try:
+                check_unique(unique, idempotency_key=job["idempotency_key"],
+                             run_at=job["run_at"], delay=job["delay"] or None)
+                job["args"] = to_json(job["args"], f"args for task {job['task']!r}")
+                unique_params[position] = job | unique.params(
+                    job["task"], rows[position].get("args") or {}, job["queue"])
+            except InvalidArgument as error:
+                raise type(error)(f"job {position}: {error}") from None
+        plain = [position for position in range(len(rows)) if position not in uniques]
+        plain_params = encode_job_rows({**params, "rows": [rows[p] for p in plain],
+                                        "count": len(plain)}) if plain else None
+        ids: list[int] = [0] * len(rows)
+        conn = await self._provided(conn)
+        with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
+            meta = meta_json(span)
+            async with self._transaction(conn) as held:
+                if plain_params is not None:
+                    written = await self._insert_many(plain_params, meta, held)
+                    for position, job_id in zip(plain, written, strict=True):
+                        ids[position] = job_id
+                for position, job in unique_params.items():
+                    job["meta"] = meta
+                    ids[position] = (await self._insert_unique(job, held)).id
+            span.sent(ids)
         return ids
 
     async def _insert_many(
@@ -670,8 +793,17 @@ class AsyncQueue:
     ) -> list[int]:
         """Jobs with parents or in a batch, in one transaction (inside the enqueue hook,
         as every enqueue): see _write_graph."""
+        jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
         plan = dependencies.plan(jobs)
         params = many_job_params(plan.jobs)
+        if params["uniques"]:
+            at = next((p for p in params["uniques"] if batch is not None
+                       or jobs[p].get("after") is not None), min(params["uniques"]))
+            raise InvalidArgument(
+                f"job {at}: unique= cannot be combined with after= or batch= (a job "
+                "waiting for its parents is not found, replaced or pushed back with its "
+                "edges); nothing was written"
+            )
         batch_params = None if batch is None else batch.params(params["count"])
         if not params["count"]:
             return []

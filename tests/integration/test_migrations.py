@@ -128,11 +128,13 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     # The comparison is only as good as what it sees: make sure it sees the real thing.
     job_columns = [c["attname"] for c in migrated["columns"] if c["relname"] == "jobs"]
     assert job_columns[:3] == ["id", "queue", "task"]
-    # Migration 4's limit_key, migration 5's columns, then migration 6's meta.
-    assert job_columns[-5:] == [
+    # Migration 4's limit_key, migration 5's columns, migration 6's meta, then
+    # migration 12's unique columns.
+    assert job_columns[-7:] == [
         "limit_key", "has_dependents", "waiting_for", "batch_id", "meta",
+        "unique_key", "unique_states",
     ]
-    assert len(job_columns) == 24
+    assert len(job_columns) == 26
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }

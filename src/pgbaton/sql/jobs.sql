@@ -33,6 +33,59 @@ SELECT id, false AS created FROM __schema__.jobs
 WHERE task = %(task)s AND idempotency_key = %(idempotency_key)s
   AND NOT EXISTS (SELECT 1 FROM inserted);
 
+-- name: job_insert_unique
+-- A unique job (docs/howto/unique.md): inserted unless a job of its unique key is in one
+-- of its blocking states (jobs_unique_key). The key is the caller's digest of the task,
+-- the chosen args and the queue, with the number of the run_at's window of `period`
+-- seconds counted from the epoch (numeric: a float's rounding would move the edges).
+-- "replace" and "debounce" first update the key's pending job, which stays locked until
+-- the transaction ends; a job in another state is never locked (its worker's writes
+-- must not wait for a caller). The insert runs only when nothing was updated, and its
+-- ON CONFLICT waits for a racing enqueue of the key to commit or roll back. No row back:
+-- the job that blocked was committed after this statement's snapshot; the caller runs
+-- it again, and the next snapshot sees that job.
+WITH new AS (
+    SELECT due.run_at,
+           sha256(convert_to(%(unique_base)s || coalesce(
+               ':' || floor(extract(epoch FROM due.run_at)
+                            / %(unique_period)s::numeric)::text, ''), 'UTF8')) AS unique_key
+    FROM (SELECT CASE WHEN %(conflict)s = 'debounce'
+                      THEN now() + make_interval(secs => %(unique_delay)s::float8)
+                      ELSE coalesce(%(run_at)s::timestamptz,
+                                    now() + make_interval(secs => %(delay)s::float8))
+                 END AS run_at) AS due
+),
+changed AS (
+    UPDATE __schema__.jobs AS j
+    SET args = %(args)s::jsonb, priority = %(priority)s, run_at = new.run_at
+    FROM new
+    WHERE %(conflict)s <> 'keep'
+      AND j.unique_key = new.unique_key AND j.status = 'pending'
+      AND j.unique_key IS NOT NULL AND j.status = ANY (j.unique_states)  -- the index's
+    RETURNING j.id, j.status
+),
+inserted AS (
+    INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta,
+                                 limit_key, unique_key, unique_states)
+    SELECT %(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, new.run_at, %(key)s,
+           %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s, new.unique_key,
+           %(unique_states)s::text[]
+    FROM new
+    WHERE NOT EXISTS (SELECT 1 FROM changed)
+    ON CONFLICT DO NOTHING
+    RETURNING id, status
+)
+SELECT id, status, 'created' AS outcome FROM inserted
+UNION ALL
+SELECT id, status, CASE %(conflict)s WHEN 'debounce' THEN 'debounced' ELSE 'replaced' END
+FROM changed
+UNION ALL
+SELECT j.id, j.status, 'kept'
+FROM __schema__.jobs AS j, new
+WHERE j.unique_key = new.unique_key
+  AND j.unique_key IS NOT NULL AND j.status = ANY (j.unique_states)  -- the index's
+  AND NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM changed);
+
 -- name: job_insert_many
 -- The jobs arrive as one JSON array (cheaper to send than an array per column), each
 -- job with only the fields that differ from enqueue()'s defaults, which the coalesces

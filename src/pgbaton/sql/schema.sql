@@ -31,6 +31,11 @@ CREATE TABLE __schema__.jobs (
     -- Headers that travel with the job, not handed to its handler: the trace context
     -- of the span that enqueued it (migration 6). NULL when there are none.
     meta            jsonb,
+    -- A unique job's key and the states in which it blocks another job of that key
+    -- (migration 12, docs/howto/unique.md); NULL for every other job.
+    unique_key      bytea,
+    unique_states   text[],
+    CONSTRAINT jobs_unique_whole CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled', 'waiting')),
     CONSTRAINT jobs_waiting_for_parents
@@ -99,6 +104,13 @@ CREATE UNIQUE INDEX jobs_task_idempotency_key_unique ON __schema__.jobs (task, i
 -- While it exists, a key cannot be reused across tasks.
 CREATE UNIQUE INDEX jobs_idempotency_key_unique ON __schema__.jobs (idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+
+-- At most one job per unique key among those whose status is one of their own blocking
+-- states: the enqueue's ON CONFLICT meets it, and a job that leaves its states (it
+-- finished, say) leaves the index and lets the next one in. Plain jobs (a NULL key)
+-- never enter it.
+CREATE UNIQUE INDEX jobs_unique_key ON __schema__.jobs (unique_key)
+    WHERE unique_key IS NOT NULL AND status = ANY (unique_states);
 
 -- Pruning finished jobs by age.
 CREATE INDEX jobs_finished ON __schema__.jobs (finished_at)
