@@ -27,7 +27,7 @@ from .limits import (
     MAX_TYPED_DIGITS,
     MIN_HISTORY_PARTITION_SECONDS,
 )
-from .models import DEFAULT_BACKOFF, STATUSES, Claim
+from .models import DEFAULT_BACKOFF, STATES, Claim
 
 # What a job gets for each enqueue option it leaves out. job_insert_many restores these
 # with coalesce, so enqueue_many sends only the fields that differ from them.
@@ -214,9 +214,9 @@ def check_lease(lease: float) -> float:
 
 
 def check_status(status: str | None) -> str | None:
-    if status is not None and status not in STATUSES:
+    if status is not None and status not in STATES:
         raise InvalidArgument(
-            f"unknown status {status!r}: use one of {', '.join(STATUSES)}"
+            f"unknown status {status!r}: use one of {', '.join(STATES)}"
         )
     return status
 

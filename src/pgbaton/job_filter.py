@@ -15,7 +15,7 @@ from typing import Any
 from ._checks import check_text
 from .errors import InvalidArgument
 from .limits import INT8_MAX, MAX_FILTER_TEXT
-from .models import STATUSES
+from .models import STATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +32,9 @@ class JobFilter:
     until: dt.datetime | None = None
 
     def __post_init__(self) -> None:
-        if self.status is not None and self.status not in STATUSES:
+        if self.status is not None and self.status not in STATES:
             raise InvalidArgument(
-                f"status {self.status!r} is not one of {', '.join(STATUSES)}"
+                f"status {self.status!r} is not one of {', '.join(STATES)}"
             )
         for name in ("queue", "task", "key", "text"):
             value = getattr(self, name)

@@ -120,16 +120,22 @@ class QueueCollector(Collector):
             "pgbaton_queue_expired_leases", "Running jobs past their lease, not reaped yet.",
             labels=["queue"],
         )
+        paused_gauge = GaugeMetricFamily(
+            "pgbaton_queue_paused", "1 while the queue is paused (none of its jobs claimed).",
+            labels=["queue"],
+        )
         with psycopg.connect(self._dsn, autocommit=True,
                              application_name="pgbaton metrics") as conn:
             rows: list[tuple[Any, ...]] = conn.execute(self._query).fetchall()
-        for queue, pending, scheduled, running, failed, oldest_age, expired_leases in rows:
+        for (queue, paused, pending, scheduled, running, failed, oldest_age,
+             expired_leases) in rows:
+            paused_gauge.add_metric([queue], 1.0 if paused else 0.0)
             for state, count in (("pending", pending), ("scheduled", scheduled),
                                  ("running", running), ("failed", failed)):
                 jobs.add_metric([queue, state], count)
             oldest.add_metric([queue], oldest_age or 0.0)
             expired.add_metric([queue], expired_leases)
-        yield from (jobs, oldest, expired)
+        yield from (jobs, oldest, expired, paused_gauge)
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # no query at registration time

@@ -10,8 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# waiting: for the jobs it depends on (docs/dependencies.md); never claimed.
+# The stored status column. waiting: for the jobs it depends on (docs/dependencies.md);
+# never claimed.
 STATUSES = ("pending", "running", "done", "failed", "cancelled", "waiting")
+# The states pgbaton shows and filters by, the same in the API (Job.state, JobFilter,
+# Queue.jobs, QueueStats), the command line, /metrics and the dashboard: the stored
+# statuses, with a pending job whose run_at is still ahead called scheduled, and
+# pending meaning due (docs/state_machine.md, "The states as shown").
+STATES = ("pending", "scheduled", "running", "waiting", "done", "failed", "cancelled")
 
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 3600.0
@@ -136,6 +142,14 @@ class Job:
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         return cls(**row)
 
+    @property
+    def state(self) -> str:
+        """The state shown (STATES): `scheduled` for a pending job not yet due, as of
+        this machine's clock when asked; otherwise the stored status."""
+        if self.status == "pending" and self.run_at > dt.datetime.now(dt.UTC):
+            return "scheduled"
+        return self.status
+
 
 @dataclass(frozen=True, slots=True)
 class HistoryPartition:
@@ -150,10 +164,10 @@ class HistoryPartition:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """Counts of one queue's jobs by status."""
+    """Counts of one queue's jobs by state (STATES), and whether it is paused."""
 
     queue: str
-    pending: int
+    pending: int  # due: run_at has come (STATES)
     running: int
     done: int
     failed: int
@@ -161,6 +175,8 @@ class QueueStats:
     expired_leases: int
     oldest_pending_seconds: float | None
     waiting: int = 0  # for the jobs they depend on (docs/dependencies.md)
+    scheduled: int = 0  # pending, but run_at is still ahead
+    paused: bool = False  # the queue is paused: none of its jobs is claimed
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueStats:

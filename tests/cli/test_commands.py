@@ -262,3 +262,23 @@ def test_jobs_filters_by_key_text_and_time(queue, dsn, schema, db):
     assert listed("--until", "2021-01-01") == [old]
     bad = pgbaton("jobs", "--since", "yesterday-ish", *s, dsn=dsn)
     assert bad.returncode != 0 and "since" in bad.stderr
+
+
+def test_one_set_of_states_scheduled_and_paused_in_jobs_and_stats(queue, dsn, schema):
+    """A job due later is `scheduled` in `jobs --status scheduled`, in Job.state and
+    in `stats`; `pending` means due; a paused queue says paused beside its counts."""
+    s = ("--schema", schema)
+    due = queue.enqueue("t", queue="mail")
+    later = queue.enqueue("t", queue="mail", delay=3600)
+    queue.pause("mail")
+    assert (queue.get(due).state, queue.get(later).state) == ("pending", "scheduled")
+    for state, wanted in (("scheduled", [later]), ("pending", [due])):
+        listed = json.loads(pgbaton("jobs", "--status", state, "--json", *s, dsn=dsn).stdout)
+        assert [(j["id"], j["state"]) for j in listed] == [(i, state) for i in wanted]
+    [mail] = json.loads(pgbaton("stats", "--json", *s, dsn=dsn).stdout)
+    assert (mail["pending"], mail["scheduled"], mail["paused"]) == (1, 1, True)
+    table = pgbaton("stats", *s, dsn=dsn).stdout
+    row = next(line for line in table.splitlines() if "mail" in line)
+    assert "paused" in row
+    unknown = pgbaton("jobs", "--status", "sheduled", *s, dsn=dsn)
+    assert unknown.returncode != 0 and "scheduled" in unknown.stderr

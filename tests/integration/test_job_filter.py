@@ -15,7 +15,7 @@ import pgbaton
 from pgbaton import _sql
 from pgbaton.actions import ACTIONS, Action
 from pgbaton.limits import INT8_MAX
-from pgbaton.models import STATUSES
+from pgbaton.models import STATES, STATUSES
 
 HOUR = dt.timedelta(hours=1)
 
@@ -58,22 +58,27 @@ def filters(now: dt.datetime) -> list[pgbaton.JobFilter]:
     JobFilter = pgbaton.JobFilter
     return [
         JobFilter(),
-        *(JobFilter(status=status) for status in STATUSES),
+        *(JobFilter(status=state) for state in STATES),
         JobFilter(queue="mail"), JobFilter(task="send_mail"), JobFilter(key="k1"),
         JobFilter(text="ann@EXAMPLE"), JobFilter(text="declined"), JobFilter(text="nothing"),
         JobFilter(since=now - HOUR), JobFilter(until=now - HOUR),
         JobFilter(since=now - 2.5 * HOUR, until=now - 1.5 * HOUR),
         JobFilter(queue="mail", status="done"), JobFilter(task="charge", key="k1"),
-        JobFilter(status="pending", since=now - HOUR), JobFilter(queue="reports", text="day"),
+        JobFilter(status="scheduled", since=now - HOUR),
+        JobFilter(queue="reports", text="day"),
     ]
 
 
 def documented(job_filter: pgbaton.JobFilter, job: dict[str, Any]) -> bool:
-    """What JobFilter's docstring says it matches."""
+    """What JobFilter's docstring says it matches: its status is a state as shown
+    (pending: due; scheduled: pending with run_at ahead)."""
     f = job_filter
     when = job["finished_at"] or job["created_at"]
     text = None if f.text is None else f.text.lower()
-    return ((f.status is None or job["status"] == f.status)
+    state = job["status"]
+    if state == "pending" and job["run_at"] > dt.datetime.now(dt.UTC):
+        state = "scheduled"
+    return ((f.status is None or state == f.status)
             and (f.queue is None or job["queue"] == f.queue)
             and (f.task is None or job["task"] == f.task)
             and (f.key is None or job["key"] == f.key)

@@ -109,7 +109,7 @@ def test_every_page_loads(browser: webdriver.Chrome, server: str, jobs: Jobs,
         assert browser.find_element(By.TAG_NAME, "h1").text.startswith(heading), path
     browser.get(f"{server}/jobs")
     statuses = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "td.status")}
-    assert statuses == {"pending", "running", "done", "failed", "cancelled"}
+    assert statuses == {"pending", "scheduled", "running", "done", "failed", "cancelled"}
     browser.get(f"{server}/jobs/{jobs.hostile}")
     shown = json.loads(browser.find_element(By.ID, "args").text)
     assert shown == {"title": HOSTILE}  # shown as text, never run

@@ -58,7 +58,7 @@ def test_the_demo_is_watched_live_and_kept_until_ctrl_c(dsn: str) -> None:
             assert time.monotonic() < deadline, output.text
             overview = _page(f"{base}/?partial=1")
             during |= set(re.findall(r'data-queue="(\w+)"', overview))
-            if re.search(r'<dd class="running">[1-9]', overview):
+            if re.search(r'<dd class="running"><a [^>]*>[1-9]', overview):
                 during.add("jobs running")
             kept = next((text for text in output.arrived()
                          if "until you press Ctrl-C" in text), None)

@@ -50,7 +50,7 @@ from ..errors import ConfigurationError, ConnectionFailed, InvalidArgument, Pgba
 from ..job_filter import filter_of
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
-from ..models import STATUSES, Enqueued
+from ..models import STATES, Enqueued, Job
 from ..queue import Queue
 from ..queue_async import AsyncQueue
 from ..showcase.lab import lab
@@ -435,7 +435,8 @@ def _unique_option(
 @connection_options
 @json_option
 def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
-    """Per queue: jobs by status, oldest pending age, expired leases."""
+    """Per queue: whether it is paused, jobs by state (pending: due; scheduled: not yet),
+    oldest pending age, expired leases."""
     with _queue(dsn, schema, embedded) as queue:
         rows = queue.stats()
     if as_json:
@@ -443,10 +444,11 @@ def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
         return
     _table(
         f"pgbaton queues in schema {queue.schema!r}",
-        ["queue", "pending", "running", "done", "failed", "cancelled", "expired leases",
-         "oldest pending"],
+        ["queue", "paused", "pending", "scheduled", "running", "waiting", "done", "failed",
+         "cancelled", "expired leases", "oldest pending"],
         [
-            [s.queue, s.pending, s.running, s.done, s.failed, s.cancelled, s.expired_leases,
+            [s.queue, "paused" if s.paused else "no", s.pending, s.scheduled, s.running,
+             s.waiting, s.done, s.failed, s.cancelled, s.expired_leases,
              format_duration(s.oldest_pending_seconds)]
             for s in rows
         ],
@@ -454,7 +456,8 @@ def stats(dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--status", default=None, help=f"One of {', '.join(STATUSES)}.")
+@click.option("--status", default=None,
+              help=f"One of {', '.join(STATES)} (scheduled: pending, not yet due).")
 @click.option("--queue", "queue_name", default=None)
 @click.option("--task", default=None)
 @click.option("--key", default=None, help="Jobs of this key.")
@@ -479,12 +482,12 @@ def jobs(
     with _queue(dsn, schema, embedded) as queue:
         found = queue.jobs(**dataclasses.asdict(job_filter), limit=limit)
     if as_json:
-        _print_json([dataclasses.asdict(job) for job in found])
+        _print_json([_job_fields(job) for job in found])
         return
     _table(
-        "jobs", ["id", "queue", "task", "status", "attempts", "key", "run_at", "last error"],
+        "jobs", ["id", "queue", "task", "state", "attempts", "key", "run_at", "last error"],
         [
-            [j.id, j.queue, j.task, j.status, f"{j.attempts}/{j.max_attempts}", j.key,
+            [j.id, j.queue, j.task, j.state, f"{j.attempts}/{j.max_attempts}", j.key,
              j.run_at.isoformat(timespec="seconds"),
              j.errors[-1].get("message", "") if j.errors else ""]
             for j in found
@@ -503,9 +506,9 @@ def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: boo
     if job is None:
         raise PgbatonError(f"no job {job_id} in schema {queue.schema!r}")
     if as_json:
-        _print_json(dataclasses.asdict(job))
+        _print_json(_job_fields(job))
         return
-    fields = dataclasses.asdict(job)
+    fields = _job_fields(job)
     errors = fields.pop("errors")
     if fields["worker_id"] is None and errors and errors[-1].get("worker_id"):
         # A failed job's holder is cleared; where its last attempt ran is in its error.
@@ -524,6 +527,17 @@ def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: boo
             # printable() shows escape characters escaped; newlines are kept per line.
             for line in tracebacks.folded(str(error["traceback"])).rstrip("\n").split("\n"):
                 click.echo("    " + printable(line))
+
+
+def _job_fields(job: Job) -> dict[str, Any]:
+    """A job's fields with its state as shown (scheduled: pending, not yet due) after
+    its stored status."""
+    fields: dict[str, Any] = {}
+    for name, value in dataclasses.asdict(job).items():
+        fields[name] = value
+        if name == "status":
+            fields["state"] = job.state
+    return fields
 
 
 def _as_shown(value: Any) -> Any:

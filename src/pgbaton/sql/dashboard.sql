@@ -9,8 +9,10 @@
 -- scan of the partial index whose predicate it repeats, so done rows (nearly all of a
 -- busy table) are never read: pending from jobs_claimable, running from
 -- jobs_running_lease, failed from jobs_failed (which holds the queue: an index-only
--- scan), or jobs_finished on a schema older than migration 6.
+-- scan), or jobs_finished on a schema older than migration 6. A paused queue says so
+-- (its pending jobs wait for a resume, not for a worker).
 SELECT queue,
+       bool_or(coalesce(q.paused, false)) AS paused,
        sum(pending)::bigint AS pending,
        sum(scheduled)::bigint AS scheduled,
        sum(running)::bigint AS running,
@@ -35,6 +37,7 @@ FROM (
     WHERE status = 'failed' AND status IN ('done', 'failed', 'cancelled')  -- jobs_failed or jobs_finished
     GROUP BY queue
 ) AS counted
+LEFT JOIN __schema__.queues AS q ON q.name = counted.queue
 GROUP BY queue
 ORDER BY queue;
 
@@ -99,7 +102,10 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 -- two are merged. The history is read only when the filter may hold done jobs (this
 -- pool plans for the values given, so a list of failed jobs never walks it).
 SELECT paged.* FROM (
-    (SELECT id, queue, task, status, priority, run_at, attempts, max_attempts, key,
+    (SELECT id, queue, task, status,
+            CASE WHEN status = 'pending' AND run_at > now() THEN 'scheduled' ELSE status END
+                AS state,
+            priority, run_at, attempts, max_attempts, key,
             worker_id, created_at, started_at, finished_at,
             left(args::text, 200) AS args_preview,
             errors -> -1 ->> 'type' AS last_error_type,
@@ -110,7 +116,10 @@ SELECT paged.* FROM (
      ORDER BY j.id DESC
      LIMIT %(limit)s)
     UNION ALL
-    (SELECT id, queue, task, status, priority, run_at, attempts, max_attempts, key,
+    (SELECT id, queue, task, status,
+            CASE WHEN status = 'pending' AND run_at > now() THEN 'scheduled' ELSE status END
+                AS state,
+            priority, run_at, attempts, max_attempts, key,
             worker_id, created_at, started_at, finished_at,
             left(args::text, 200) AS args_preview,
             errors -> -1 ->> 'type' AS last_error_type,

@@ -683,7 +683,12 @@ RETURNING id;
 -- same filter (tests/integration/test_job_filter.py). A NULL parameter means "any". `since`
 -- and `until` bound the time the job finished, or, for one not finished, the time it
 -- was created; `text` is a case-insensitive substring of its args or its errors.
-(%(status)s::text IS NULL OR j.status = %(status)s)
+-- `status` is a state as shown (models.STATES): pending means due, scheduled a pending
+-- job whose run_at is still ahead; the others are the stored status.
+(%(status)s::text IS NULL
+ OR (j.status = %(status)s AND %(status)s::text NOT IN ('pending', 'scheduled'))
+ OR (j.status = 'pending' AND %(status)s::text = 'pending' AND j.run_at <= now())
+ OR (j.status = 'pending' AND %(status)s::text = 'scheduled' AND j.run_at > now()))
 AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
 AND (%(task)s::text IS NULL OR j.task = %(task)s)
 AND (%(key)s::text IS NULL OR j.key = %(key)s)

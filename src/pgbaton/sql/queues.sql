@@ -122,12 +122,15 @@ WHERE %(name)s::text IS NULL OR named.name = %(name)s
 ORDER BY named.name;
 
 -- name: queue_stats
--- Per queue, the jobs of jobs by status; `done` counts the done jobs moved to
+-- Per queue, the jobs of jobs by state (pending due, scheduled not yet, models.STATES)
+-- and whether the queue is paused; `done` counts the done jobs moved to
 -- jobs_history as well, so it means the same in both retention modes: the done jobs
 -- kept (docs/retention.md). Each table is read whole, as in delete mode, where the
 -- same rows sit in jobs.
 SELECT coalesce(j.queue, h.queue) AS queue,
        coalesce(j.pending, 0) AS pending,
+       coalesce(j.scheduled, 0) AS scheduled,
+       coalesce(q.paused, false) AS paused,
        coalesce(j.running, 0) AS running,
        coalesce(j.done, 0) + coalesce(h.done, 0) AS done,
        coalesce(j.failed, 0) AS failed,
@@ -137,7 +140,8 @@ SELECT coalesce(j.queue, h.queue) AS queue,
        coalesce(j.waiting, 0) AS waiting
 FROM (
     SELECT queue,
-           count(*) FILTER (WHERE status = 'pending')   AS pending,
+           count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
+           count(*) FILTER (WHERE status = 'pending' AND run_at > now())  AS scheduled,
            count(*) FILTER (WHERE status = 'running')   AS running,
            count(*) FILTER (WHERE status = 'done')      AS done,
            count(*) FILTER (WHERE status = 'failed')    AS failed,
@@ -154,4 +158,5 @@ FROM (
 FULL JOIN (
     SELECT queue, count(*) AS done FROM __schema__.jobs_history GROUP BY queue
 ) AS h ON h.queue = j.queue
+LEFT JOIN __schema__.queues AS q ON q.name = coalesce(j.queue, h.queue)
 ORDER BY 1;

@@ -55,6 +55,7 @@ from ..dsn import resolve_dsn
 from ..errors import ConnectionFailed, InvalidArgument
 from ..limits import INT8_MAX, MAX_DASHBOARD_BODY
 from ..metrics import QueueCollector
+from ..models import STATES
 from ..queue_async import AsyncQueue
 from . import charts, params
 from .live import LiveHub, sse
@@ -206,7 +207,8 @@ class Dashboard:
         for name, minutes in sorted(overview.minutes.items()):
             if not any(q["queue"] == name for q in queues):
                 queues.append({
-                    "queue": name, "pending": 0, "scheduled": 0, "running": 0, "failed": 0,
+                    "queue": name, "paused": False, "pending": 0, "scheduled": 0,
+                    "running": 0, "failed": 0,
                     "oldest_pending_seconds": None, "expired_leases": 0,
                     "throughput": charts.throughput(minutes, overview.at),
                     "queue_time": charts.queue_time(minutes, overview.at),
@@ -294,6 +296,7 @@ class Dashboard:
             "rows": rows, "filters": filters, "next_query": next_query,
             "first_query": params.encode({**filters, "limit": query.get("limit")}),
             "paged": before is not None, "actions": [a.word for a in ACTIONS],
+            "states": STATES,
         })
 
     async def job(self, request: Request) -> Response:
@@ -363,7 +366,8 @@ class Dashboard:
         settings = {s.name: s for s in await self.queue.queue_settings()}
         queues = list(overview.queues)
         for name in sorted(set(settings) - {q["queue"] for q in queues}):
-            queues.append({"queue": name, "pending": 0, "scheduled": 0, "running": 0,
+            queues.append({"queue": name, "paused": False, "pending": 0, "scheduled": 0,
+                           "running": 0,
                            "failed": 0, "expired_leases": 0, "oldest_pending_seconds": None})
         return self.page(request, "queues.html", {
             "queues": queues, "settings": settings,
