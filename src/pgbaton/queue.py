@@ -140,6 +140,17 @@ def _accepted(rows: list[tuple[Any, ...]], count: int) -> list[bool]:
     return [position in positions for position in range(1, count + 1)]
 
 
+def _unique_refused(error: psycopg.errors.UniqueViolation, which: str) -> Exception:
+    """An operator action that would bring back a unique job whose key a newer job holds
+    (docs/howto/unique.md): refused in the database, said plainly; else the error."""
+    if error.diag.constraint_name != "jobs_unique_key":
+        return error
+    return InvalidArgument(
+        f"{which} cannot be sent back: a newer job of its unique key blocks it (the "
+        "database holds one per key); nothing was changed"
+    )
+
+
 def _changed(rows: list[Row], count: int) -> list[bool]:
     """For each input position of a *_many statement, whether its row was changed."""
     positions = {row["position"] for row in rows}
@@ -1273,7 +1284,10 @@ class Queue:
         gone or not in a state the action may leave."""
         chosen = action_named(action)
         params = {"id": check_job_id(job_id), **self._action_params(chosen, priority)}
-        changed = bool(self._fetch(chosen.one, params))
+        try:
+            changed = bool(self._fetch(chosen.one, params))
+        except psycopg.errors.UniqueViolation as error:
+            raise _unique_refused(error, f"job {job_id}") from None
         if not changed and chosen.one_else is not None:
             changed = bool(self._fetch(chosen.one_else, {"id": params["id"]}))
         if changed and chosen.event is not None and self.events.active:
@@ -1288,7 +1302,10 @@ class Queue:
         number of jobs changed."""
         chosen = action_named(action)
         params = {**self._matching(job_filter, upto), **self._action_params(chosen, priority)}
-        rows = self._fetch(chosen.matching, params)
+        try:
+            rows = self._fetch(chosen.matching, params)
+        except psycopg.errors.UniqueViolation as error:
+            raise _unique_refused(error, "a job of the filter") from None
         return int(rows[0]["changed"]) if chosen.wakes else len(rows)
 
     def _action_params(self, action: Action, priority: int | None) -> dict[str, Any]:
