@@ -688,11 +688,41 @@ class Queue:
                     written = self._insert_many(plain_params, meta, held)
                     for position, job_id in zip(plain, written, strict=True):
                         ids[position] = job_id
-                for position, job in unique_params.items():
+                for job in unique_params.values():
                     job["meta"] = meta
-                    ids[position] = (self._insert_unique(job, held)).id
+                for position, enqueued in zip(
+                    unique_params, self._insert_unique_many(
+                        list(unique_params.values()), held), strict=True):
+                    ids[position] = enqueued.id
             span.sent(ids)
         return ids
+
+    def _insert_unique_many(
+        self, jobs: Sequence[Mapping[str, Any]], conn: psycopg.Connection[Any]
+    ) -> list[Enqueued]:
+        """job_insert_unique for each job in order, in one transaction: the first alone
+        (it checks a caller's connection, as every statement does), the rest in one
+        pipelined executemany, a round trip for all rather than one each. Each
+        statement sees what the ones before it wrote. One that met a job it could not
+        see runs again alone (_insert_unique)."""
+        done = [self._insert_unique(jobs[0], conn)]
+        if len(jobs) == 1:
+            return done
+        with conn.cursor(row_factory=dict_row) as cursor:
+            cursor.executemany(self._sql["job_insert_unique"], jobs[1:], returning=True)
+            results = [cursor.fetchall()]
+            while cursor.nextset():
+                results.append(cursor.fetchall())
+        for job, rows in zip(jobs[1:], results, strict=True):
+            if not rows:
+                done.append(self._insert_unique(job, conn))
+                continue
+            row = rows[0]
+            enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
+                                outcome=row["outcome"], status=row["status"])
+            self._unique_enqueued(enqueued, job["task"], job["queue"])
+            done.append(enqueued)
+        return done
 
     def _insert_many(
         self, params: Mapping[str, Any], meta: str | None, conn: CallerConnection | None

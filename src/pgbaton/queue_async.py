@@ -686,11 +686,41 @@ class AsyncQueue:
                     written = await self._insert_many(plain_params, meta, held)
                     for position, job_id in zip(plain, written, strict=True):
                         ids[position] = job_id
-                for position, job in unique_params.items():
+                for job in unique_params.values():
                     job["meta"] = meta
-                    ids[position] = (await self._insert_unique(job, held)).id
+                for position, enqueued in zip(
+                    unique_params, await self._insert_unique_many(
+                        list(unique_params.values()), held), strict=True):
+                    ids[position] = enqueued.id
             span.sent(ids)
         return ids
+
+    async def _insert_unique_many(
+        self, jobs: Sequence[Mapping[str, Any]], conn: psycopg.AsyncConnection[Any]
+    ) -> list[Enqueued]:
+        """job_insert_unique for each job in order, in one transaction: the first alone
+        (it checks a caller's connection, as every statement does), the rest in one
+        pipelined executemany, a round trip for all rather than one each. Each
+        statement sees what the ones before it wrote. One that met a job it could not
+        see runs again alone (_insert_unique)."""
+        done = [await self._insert_unique(jobs[0], conn)]
+        if len(jobs) == 1:
+            return done
+        async with conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.executemany(self._sql["job_insert_unique"], jobs[1:], returning=True)
+            results = [await cursor.fetchall()]
+            while cursor.nextset():
+                results.append(await cursor.fetchall())
+        for job, rows in zip(jobs[1:], results, strict=True):
+            if not rows:
+                done.append(await self._insert_unique(job, conn))
+                continue
+            row = rows[0]
+            enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
+                                outcome=row["outcome"], status=row["status"])
+            self._unique_enqueued(enqueued, job["task"], job["queue"])
+            done.append(enqueued)
+        return done
 
     async def _insert_many(
         self, params: Mapping[str, Any], meta: str | None, conn: AsyncCallerConnection | None
