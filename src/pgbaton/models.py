@@ -133,9 +133,9 @@ class Job:
     batch_id: int | None = None  # the batch it belongs to (docs/dependencies.md)
     waiting_for: int | None = None  # how many parents have not finished; None: no parents
     meta: dict[str, Any] | None = None  # headers: the enqueuing span's trace context
-    # A unique job's key (SHA-256, docs/howto/unique.md) and the states in which it
-    # blocks another job of that key; None for a job enqueued without unique=.
-    unique_key: bytes | None = None
+    # A unique job's key (its SHA-256, in hex; docs/howto/unique.md) and the states in
+    # which it blocks another job of that key; None for a job enqueued without unique=.
+    unique_key: str | None = None
     unique_states: list[str] | None = None
 
     @classmethod

@@ -138,6 +138,17 @@ def _accepted(rows: list[tuple[Any, ...]], count: int) -> list[bool]:
     return [position in positions for position in range(1, count + 1)]
 
 
+def _unique_refused(error: psycopg.errors.UniqueViolation, which: str) -> Exception:
+    """An operator action that would bring back a unique job whose key a newer job holds
+    (docs/howto/unique.md): refused in the database, said plainly; else the error."""
+    if error.diag.constraint_name != "jobs_unique_key":
+        return error
+    return InvalidArgument(
+        f"{which} cannot be sent back: a newer job of its unique key blocks it (the "
+        "database holds one per key); nothing was changed"
+    )
+
+
 def _changed(rows: list[Row], count: int) -> list[bool]:
     """For each input position of a *_many statement, whether its row was changed."""
     positions = {row["position"] for row in rows}
@@ -675,11 +686,41 @@ class AsyncQueue:
                     written = await self._insert_many(plain_params, meta, held)
                     for position, job_id in zip(plain, written, strict=True):
                         ids[position] = job_id
-                for position, job in unique_params.items():
+                for job in unique_params.values():
                     job["meta"] = meta
-                    ids[position] = (await self._insert_unique(job, held)).id
+                for position, enqueued in zip(
+                    unique_params, await self._insert_unique_many(
+                        list(unique_params.values()), held), strict=True):
+                    ids[position] = enqueued.id
             span.sent(ids)
         return ids
+
+    async def _insert_unique_many(
+        self, jobs: Sequence[Mapping[str, Any]], conn: psycopg.AsyncConnection[Any]
+    ) -> list[Enqueued]:
+        """job_insert_unique for each job in order, in one transaction: the first alone
+        (it checks a caller's connection, as every statement does), the rest in one
+        pipelined executemany, a round trip for all rather than one each. Each
+        statement sees what the ones before it wrote. One that met a job it could not
+        see runs again alone (_insert_unique)."""
+        done = [await self._insert_unique(jobs[0], conn)]
+        if len(jobs) == 1:
+            return done
+        async with conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.executemany(self._sql["job_insert_unique"], jobs[1:], returning=True)
+            results = [await cursor.fetchall()]
+            while cursor.nextset():
+                results.append(await cursor.fetchall())
+        for job, rows in zip(jobs[1:], results, strict=True):
+            if not rows:
+                done.append(await self._insert_unique(job, conn))
+                continue
+            row = rows[0]
+            enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
+                                outcome=row["outcome"], status=row["status"])
+            self._unique_enqueued(enqueued, job["task"], job["queue"])
+            done.append(enqueued)
+        return done
 
     async def _insert_many(
         self, params: Mapping[str, Any], meta: str | None, conn: AsyncCallerConnection | None
@@ -1288,7 +1329,10 @@ class AsyncQueue:
         gone or not in a state the action may leave."""
         chosen = action_named(action)
         params = {"id": check_job_id(job_id), **self._action_params(chosen, priority)}
-        changed = bool(await self._fetch(chosen.one, params))
+        try:
+            changed = bool(await self._fetch(chosen.one, params))
+        except psycopg.errors.UniqueViolation as error:
+            raise _unique_refused(error, f"job {job_id}") from None
         if not changed and chosen.one_else is not None:
             changed = bool(await self._fetch(chosen.one_else, {"id": params["id"]}))
         if changed and chosen.event is not None and self.events.active:
@@ -1303,7 +1347,10 @@ class AsyncQueue:
         number of jobs changed."""
         chosen = action_named(action)
         params = {**self._matching(job_filter, upto), **self._action_params(chosen, priority)}
-        rows = await self._fetch(chosen.matching, params)
+        try:
+            rows = await self._fetch(chosen.matching, params)
+        except psycopg.errors.UniqueViolation as error:
+            raise _unique_refused(error, "a job of the filter") from None
         return int(rows[0]["changed"]) if chosen.wakes else len(rows)
 
     def _action_params(self, action: Action, priority: int | None) -> dict[str, Any]:

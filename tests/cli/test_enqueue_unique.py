@@ -50,3 +50,16 @@ def test_enqueue_with_a_debounce_delay(dsn, schema, db):
     assert db.execute(
         "SELECT count(*) AS n, bool_and(run_at > now() + interval '50 seconds') AS later"
         " FROM jobs").fetchone() == {"n": 1, "later": True}
+
+
+def test_show_prints_the_unique_key_and_states(dsn, schema):
+    """`pgbaton show` (and --json) has the job's unique_key and unique_states."""
+    assert pgbaton("migrate", "--schema", schema, dsn=dsn).returncode == 0
+    made = json.loads(pgbaton("enqueue", "sync", "--unique", "--schema", schema, "--json",
+                              dsn=dsn).stdout)
+    shown = json.loads(pgbaton("show", str(made["id"]), "--schema", schema, "--json",
+                               dsn=dsn).stdout)
+    assert len(shown["unique_key"]) == 64
+    assert shown["unique_states"] == ["pending", "running", "waiting"]
+    text = pgbaton("show", str(made["id"]), "--schema", schema, dsn=dsn).stdout
+    assert "unique_key" in text and shown["unique_key"][:16] in text

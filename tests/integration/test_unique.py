@@ -371,3 +371,33 @@ def test_kept_replaced_and_debounced_enqueues_are_events(queue, db):
         ("job.enqueued", debounced, "d", "pending"),
         ("job.unique_debounced", debounced, "d", "pending"),
     ]
+
+
+# -- visible --------------------------------------------------------------------------
+
+
+def test_a_jobs_unique_key_and_states_are_on_job(queue, db):
+    """Queue.get gives the key (SHA-256 in hex, as stored) and the states; a plain job
+    has None for both."""
+    job_id = queue.enqueue("t", unique=Unique(states=("pending", "running", "failed")))
+    job = queue.get(job_id)
+    assert job is not None
+    stored = db.execute("SELECT encode(unique_key, 'hex') AS k FROM jobs").fetchone()
+    assert (job.unique_key, job.unique_states) == (stored["k"], ["pending", "running", "failed"])
+    plain = queue.get(queue.enqueue("t"))
+    assert plain is not None and (plain.unique_key, plain.unique_states) == (None, None)
+
+
+def test_an_operator_retry_into_a_taken_key_is_refused_plainly(queue, db):
+    """Retrying a failed unique job while a newer job of its key is pending would hold
+    two of the key: InvalidArgument naming the job, and nothing changes."""
+    unique = Unique(args=[])
+    old = queue.enqueue("t", unique=unique, max_attempts=1)
+    (claim,) = queue.claim("w")
+    assert queue.fail(claim, "boom")
+    newer = queue.enqueue("t", unique=unique)
+    with pytest.raises(pgbaton.InvalidArgument, match=f"job {old} cannot be sent back"):
+        queue.retry(old)
+    assert [(r["id"], r["status"]) for r in _rows(db)] == [(old, "failed"), (newer, "pending")]
+    assert queue.cancel(newer)
+    assert queue.retry(old)

@@ -556,7 +556,8 @@ SELECT retried.id, pg_notify(%(channel)s, retried.queue) FROM retried;
 -- name: job_get
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at, batch_id, waiting_for, meta
+       started_at, finished_at, batch_id, waiting_for, meta,
+       encode(unique_key, 'hex') AS unique_key, unique_states
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
@@ -566,7 +567,8 @@ WHERE id = %(id)s;
 -- between the two is found here (a move is one statement, and jobs never move back).
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
-       started_at, finished_at, batch_id, waiting_for, meta
+       started_at, finished_at, batch_id, waiting_for, meta,
+       encode(unique_key, 'hex') AS unique_key, unique_states
 FROM __schema__.jobs_history
 WHERE id = %(id)s
 LIMIT 1;
