@@ -142,6 +142,8 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     assert {f["proname"] for f in migrated["functions"]} == {
         "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_partitions",
         "jobs_notify_inserted", "jobs_release_children", "jobs_wait_again",
+        # Migration 12's SQL API (docs/reference/sql.md).
+        "enqueue", "enqueue_many", "job_enqueue_check",
     }
     # Migration 8's history table: partitioned, with no partition until a move.
     history = next(t for t in migrated["tables"] if t["relname"] == "jobs_history")
