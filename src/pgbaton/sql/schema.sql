@@ -31,6 +31,8 @@ CREATE TABLE __schema__.jobs (
     -- Headers that travel with the job, not handed to its handler: the trace context
     -- of the span that enqueued it (migration 6). NULL when there are none.
     meta            jsonb,
+    -- Someone waits for its end (App.wait, migration 12): the end sends a NOTIFY.
+    awaited         boolean     NOT NULL DEFAULT false,
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled', 'waiting')),
     CONSTRAINT jobs_waiting_for_parents
@@ -1036,3 +1038,33 @@ BEGIN
     RETURN ids;
 END;
 $$;
+
+-- Waiting for a job's end (migration 12, App.wait, docs/howto/waiting.md): only a job
+-- a waiter marked `awaited` (job_await) sends a NOTIFY on `<schema>_ended` when it
+-- ends, its id the payload; for the others the triggers' WHEN is false and nothing
+-- runs. The mark takes the row's lock, so a completion in flight is either committed
+-- before it (the mark finds the job ended) or sees it (and notifies).
+CREATE FUNCTION __schema__.jobs_notify_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_ended',
+                      (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END)::text);
+    RETURN NULL;
+END;
+$$;
+
+-- Every way a job ends (complete, fail, reap, cancel, a parent's cascade, the
+-- operator's actions) sets status, so one trigger hears them all.
+CREATE TRIGGER jobs_notify_ended
+    AFTER UPDATE OF status ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (NEW.awaited AND NEW.status IN ('done', 'failed', 'cancelled')
+          AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
+    EXECUTE FUNCTION __schema__.jobs_notify_ended();
+
+-- An awaited job deleted before its end: its waiters learn that it is gone.
+CREATE TRIGGER jobs_notify_ended_by_delete
+    AFTER DELETE ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (OLD.awaited AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
+    EXECUTE FUNCTION __schema__.jobs_notify_ended();

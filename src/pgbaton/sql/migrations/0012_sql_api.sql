@@ -312,3 +312,39 @@ BEGIN
     RETURN ids;
 END;
 $$;
+
+-- Waiting for a job's end (App.wait, docs/howto/waiting.md). A waiter marks the job
+-- awaited (job_await), and only an awaited job's end sends a NOTIFY on the schema's
+-- `<schema>_ended` channel, its id the payload: a job nobody waits for costs the
+-- trigger's WHEN test and no more. The mark takes the row's lock, so a completion in
+-- flight is either committed before it (the mark finds the job ended) or sees it (and
+-- notifies).
+ALTER TABLE __schema__.jobs ADD COLUMN awaited boolean NOT NULL DEFAULT false;
+-- jobs_history keeps jobs' columns in their order (LIKE: NOT NULL, no default).
+ALTER TABLE __schema__.jobs_history ADD COLUMN awaited boolean NOT NULL DEFAULT false;
+ALTER TABLE __schema__.jobs_history ALTER COLUMN awaited DROP DEFAULT;
+
+CREATE FUNCTION __schema__.jobs_notify_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_ended',
+                      (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END)::text);
+    RETURN NULL;
+END;
+$$;
+
+-- Every way a job ends (complete, fail, reap, cancel, a parent's cascade, the
+-- operator's actions) sets status, so one trigger hears them all.
+CREATE TRIGGER jobs_notify_ended
+    AFTER UPDATE OF status ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (NEW.awaited AND NEW.status IN ('done', 'failed', 'cancelled')
+          AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
+    EXECUTE FUNCTION __schema__.jobs_notify_ended();
+
+-- An awaited job deleted before its end: its waiters learn that it is gone.
+CREATE TRIGGER jobs_notify_ended_by_delete
+    AFTER DELETE ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (OLD.awaited AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
+    EXECUTE FUNCTION __schema__.jobs_notify_ended();
