@@ -320,8 +320,10 @@ $$;
 -- flight is either committed before it (the mark finds the job ended) or sees it (and
 -- notifies).
 ALTER TABLE __schema__.jobs ADD COLUMN awaited boolean NOT NULL DEFAULT false;
--- jobs_history keeps jobs' columns in their order (LIKE: NOT NULL, no default).
-ALTER TABLE __schema__.jobs_history ADD COLUMN awaited boolean NOT NULL DEFAULT false;
+-- jobs_history keeps jobs' columns in their order (LIKE: NOT NULL, no default), and
+-- the NOT NULL's name that LIKE copies from jobs (PostgreSQL 18 names them).
+ALTER TABLE __schema__.jobs_history
+    ADD COLUMN awaited boolean CONSTRAINT jobs_awaited_not_null NOT NULL DEFAULT false;
 ALTER TABLE __schema__.jobs_history ALTER COLUMN awaited DROP DEFAULT;
 
 CREATE FUNCTION __schema__.jobs_notify_ended() RETURNS trigger
