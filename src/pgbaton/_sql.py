@@ -13,6 +13,7 @@ from .limits import MAX_SCHEMA_NAME_LENGTH, RESERVED_SCHEMA_PREFIX
 
 SCHEMA_PLACEHOLDER = "__schema__"
 CHANNEL_PLACEHOLDER = "__channel__"  # the schema's NOTIFY channel, quoted
+ENDED_CHANNEL_PLACEHOLDER = "__ended_channel__"  # the channel of awaited jobs' ends
 _SCHEMA_NAME = re.compile(rf"^[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}$")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # A statement's header, or a fragment's: a piece of SQL several statements share (the
@@ -100,8 +101,10 @@ def _raw_queries() -> dict[str, str]:
 def queries(schema: str) -> dict[str, str]:
     """Every named statement, bound to one schema."""
     channel = f'"{notify_channel(schema)}"'
+    ended = f'"{ended_channel(schema)}"'
     return {
-        name: _in_schema(body, schema).replace(CHANNEL_PLACEHOLDER, channel)
+        name: _in_schema(body, schema).replace(ENDED_CHANNEL_PLACEHOLDER, ended)
+        .replace(CHANNEL_PLACEHOLDER, channel)
         for name, body in _raw_queries().items()
     }
 
@@ -196,3 +199,12 @@ NOTIFY_SUFFIX = "_jobs"
 def notify_channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema's jobs (the insert trigger notifies it)."""
     return schema + NOTIFY_SUFFIX
+
+
+ENDED_SUFFIX = "_ended"
+
+
+def ended_channel(schema: str) -> str:
+    """The channel on which an awaited job's end is announced, its id the payload (the
+    jobs_notify_ended trigger); App.wait listens on it."""
+    return schema + ENDED_SUFFIX

@@ -34,7 +34,7 @@ from typing import (
     overload,
 )
 
-from . import _sql
+from . import _sql, waiting
 from ._checks import check_int4, check_lease, check_name, job_params
 from .context import JobContext
 from .dependencies import CALLBACK_ARG, Callback
@@ -242,6 +242,20 @@ class Task:
             unique.check_names(self.name, self.names_taken())
         return merged
 
+    def options_to_wait(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Enqueue options for a job to be waited for: not in the caller's transaction,
+        whose job no worker sees before the commit that the wait would hold back."""
+        if options.get("conn") is not None:
+            raise InvalidArgument(
+                f"{self.name}: a job enqueued with conn= cannot be waited for before its "
+                "transaction commits: defer() it, commit, then App.wait() its id"
+            )
+        return {name: value for name, value in options.items() if name != "conn"}
+
+    def queue_of(self, options: Mapping[str, Any]) -> str:
+        """The queue a job of these enqueue options goes to."""
+        return str(options.get("queue", self.queue))
+
     def enqueue(
         self,
         args: Mapping[str, Any] | None = None,
@@ -342,6 +356,23 @@ class Deferral(Generic[P]):
             self.task.args_of_call(*args, **kwargs), **self.options
         )
 
+    def defer_and_wait(self, timeout: float | None, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """defer(), then App.wait() for the job's result (timeout first, in seconds or
+        None for no limit; the handler's arguments follow)."""
+        options = self.task.options_to_wait(self.options)
+        job_id = self.task.enqueue(self.task.args_of_call(*args, **kwargs), **options)
+        return self.task.app.wait(job_id, timeout=timeout, queue=self.task.queue_of(options))
+
+    async def defer_and_wait_async(
+        self, timeout: float | None, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Any:
+        """defer_and_wait() through the App's AsyncQueue."""
+        options = self.task.options_to_wait(self.options)
+        job_id = await self.task.enqueue_async(
+            self.task.args_of_call(*args, **kwargs), **options)
+        return await self.task.app.wait_async(job_id, timeout=timeout,
+                                              queue=self.task.queue_of(options))
+
 
 class Deferrable(Task, Generic[P]):
     """The typed ways to enqueue a task, shared by TypedTask and ContextTask."""
@@ -365,6 +396,17 @@ class Deferrable(Task, Generic[P]):
     async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """defer() through the App's AsyncQueue."""
         return await self.enqueue_async(self.args_of_call(*args, **kwargs))
+
+    def defer_and_wait(self, timeout: float | None, /, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """defer(), then App.wait() for the job's result: `timeout` first (seconds, or
+        None for no limit), then the handler's arguments. Raises as App.wait does."""
+        return Deferral[P](self, {}).defer_and_wait(timeout, *args, **kwargs)
+
+    async def defer_and_wait_async(
+        self, timeout: float | None, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Any:
+        """defer_and_wait() through the App's AsyncQueue."""
+        return await Deferral[P](self, {}).defer_and_wait_async(timeout, *args, **kwargs)
 
 
 class TypedTask(Deferrable[P], Generic[P, R]):
@@ -656,6 +698,24 @@ class App:
             f"{'are' if many else 'is'} registered in this App (it has: "
             f"{', '.join(sorted(self.tasks)) or 'none'}); nothing was written"
         )
+
+    def wait(self, job_id: int, *, timeout: float | None = None,
+             queue: str | None = None) -> Any:
+        """The job's result once it is done, from any process or host: woken by the
+        NOTIFY of its end (one LISTEN connection per process and database, shared by
+        every waiter), with a poll each second only as a fallback. Raises JobFailed
+        (with its errors) or JobCancelled when it ends so, JobNotFound when there is
+        no such job, TimeoutError after `timeout` seconds (None: no limit). A job moved
+        to the history returns its result at once. `queue`: the job's queue, when it
+        is routed to another database (App.route). docs/howto/waiting.md."""
+        target = self.queue if queue is None else self.queue_for(queue)
+        return waiting.wait(target, job_id, timeout)
+
+    async def wait_async(self, job_id: int, *, timeout: float | None = None,
+                         queue: str | None = None) -> Any:
+        """wait() for asyncio."""
+        target = self.async_queue if queue is None else self.async_queue_for(queue)
+        return await waiting.wait_async(target, job_id, timeout)
 
     def provide_connection(self, provider: ConnectionProvider | None) -> None:
         """Sync enqueues of this App without conn= ask provider() first: what it returns

@@ -14,12 +14,18 @@
      |    +-- SchemaTooNew           the schema is newer than the library
      +-- UnknownTask                 a job names a task this worker's App does not have
      +-- JobTimeout                  a handler ran past its task's timeout
+     +-- JobEnded                    a waited-for job ended without a result (App.wait)
+     |    +-- JobFailed              it failed, its last attempt spent; with its errors
+     |    +-- JobCancelled           it was cancelled
+     +-- JobNotFound (LookupError)   App.wait: no job of that id, in jobs or the history
 
 A lost claim is not an exception: complete(), fail(), heartbeat() and release() return
 False for it, because losing a job to an expired lease is part of normal operation.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class PgbatonError(Exception):
@@ -83,3 +89,35 @@ class UnknownTask(PgbatonError):
 
 class JobTimeout(PgbatonError):
     """A handler ran longer than its task's timeout; the attempt fails with this."""
+
+
+class JobEnded(PgbatonError):
+    """A waited-for job ended without a result: `job_id`, `task`, and `errors`, the
+    job's list of its attempts' errors (each a dict: type, message, attempt, ...)."""
+
+    outcome = "ended"
+
+    def __init__(self, job_id: int, task: str, errors: list[dict[str, Any]]) -> None:
+        self.job_id, self.task, self.errors = job_id, task, errors
+        last = errors[-1] if errors else {}
+        said = f": {last.get('type', 'Error')}: {last.get('message', '')}" if last else ""
+        tries = f" after {len(errors)} attempt{'s' if len(errors) != 1 else ''}" if (
+            self.outcome == "failed") else ""
+        super().__init__(f"job {job_id} (task {task!r}) {self.outcome}{tries}{said}")
+
+
+class JobFailed(JobEnded):
+    """App.wait's job failed: it spent its last attempt (its `errors` say how)."""
+
+    outcome = "failed"
+
+
+class JobCancelled(JobEnded):
+    """App.wait's job was cancelled (by an operator, or as the child of a failed job)."""
+
+    outcome = "was cancelled"
+
+
+class JobNotFound(PgbatonError, LookupError):
+    """App.wait's job is neither in the jobs table nor in the history: it never existed
+    or was deleted (pruned, or by an operator)."""

@@ -1260,6 +1260,24 @@ class Queue:
         """LISTEN on conn (autocommit, kept open) for this schema's new jobs."""
         self._fetch("channel_listen", None, conn)
 
+    def listen_ended(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN on conn (autocommit, kept open) for the ends of awaited jobs."""
+        self._fetch("channel_listen_ended", None, conn)
+
+    def mark_awaited(self, job_id: int) -> bool:
+        """Mark an unfinished job so that its end sends a NOTIFY (App.wait); False when
+        it has ended already or is not in the jobs table."""
+        return bool(self._fetch("job_await", {"id": check_job_id(job_id)}))
+
+    def ended_among(
+        self, job_ids: Iterable[int], conn: psycopg.Connection[Any] | None = None
+    ) -> list[int]:
+        """Which of these jobs are no longer unfinished in the jobs table (App.wait's
+        fallback poll, in case a NOTIFY was missed)."""
+        ids = [check_job_id(job_id) for job_id in job_ids]
+        rows = self._fetch("job_ended_among", {"ids": ids}, conn)
+        return [int(row["id"]) for row in rows]
+
     def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; a running holder loses its claim, but the
         job's key stays held until that holder releases it or its lease runs out."""

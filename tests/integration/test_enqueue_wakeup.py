@@ -13,6 +13,18 @@ import pgbaton
 
 Enqueue = Callable[[pgbaton.Queue, str, Any], Any]
 
+
+def _in_sql(query: str) -> Enqueue:
+    """An enqueue through the SQL API (docs/reference/sql.md), on the caller's
+    connection or, with None, on one of its own in autocommit."""
+    def enqueue(queue: pgbaton.Queue, q: str, conn: Any) -> Any:
+        statement = query.replace("__schema__", f'"{queue.schema}"')
+        if conn is not None:
+            return conn.execute(statement, {"q": q}).fetchall()
+        with psycopg.connect(queue.dsn, autocommit=True) as own:
+            return own.execute(statement, {"q": q}).fetchall()
+    return enqueue
+
 # Each path of pgbaton's enqueue, writing jobs of queue q (conn= the caller's, or None).
 PATHS: dict[str, Enqueue] = {
     "enqueue": lambda queue, q, conn: queue.enqueue("t", queue=q, conn=conn),
@@ -30,6 +42,11 @@ PATHS: dict[str, Enqueue] = {
         conn=conn),
     "enqueue with after= (a graph)": lambda queue, q, conn: queue.enqueue(
         "t", queue=q, conn=conn, after=[queue.enqueue("parent", queue=q, conn=conn)]),
+    "SQL enqueue": _in_sql("SELECT __schema__.enqueue('t', queue => %(q)s)"),
+    "SQL enqueue_many": _in_sql(
+        "SELECT __schema__.enqueue_many(jsonb_build_array("
+        "jsonb_build_object('task', 't', 'queue', %(q)s::text),"
+        "jsonb_build_object('task', 't', 'queue', %(q)s::text, 'delay', 5)))"),
 }
 
 
@@ -74,6 +91,8 @@ def test_jobs_due_later_wake_nobody_on_any_path(queue, listener):
     queue.enqueue("t", queue="later", delay=3600)
     queue.enqueue_many([{"task": "t", "queue": "later", "delay": 3600}] * 20)
     queue.enqueue_many([{"task": "t", "queue": "later", "delay": 3600}] * 600)
+    _in_sql("SELECT __schema__.enqueue('t', queue => %(q)s, delay => 3600)")(
+        queue, "later", None)
     queue.enqueue("marker", queue="marker")
     assert _heard(listener) == ["marker"]
 

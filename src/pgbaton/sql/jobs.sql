@@ -756,3 +756,19 @@ SET priority = %(priority)s
 WHERE j.id <= %(upto)s AND j.status = 'pending'
   AND __job_filter__
 RETURNING j.id;
+
+-- name: job_await
+-- A waiter's mark (App.wait): the job's end will send a NOTIFY on `<schema>_ended`
+-- (the jobs_notify_ended trigger). Only an unfinished job is marked; none returned:
+-- the job has ended, or is not in the table (the waiter reads which). The UPDATE waits
+-- for a completion that holds the row, so no end slips between the mark and the read.
+UPDATE __schema__.jobs SET awaited = true
+WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
+RETURNING id;
+
+-- name: job_ended_among
+-- The waiters' fallback poll: which of these jobs are no longer unfinished in jobs
+-- (ended, moved to the history, or deleted), in case their NOTIFY was missed.
+SELECT w.id FROM unnest(%(ids)s::bigint[]) AS w(id)
+WHERE NOT EXISTS (SELECT 1 FROM __schema__.jobs AS j
+                  WHERE j.id = w.id AND j.status IN ('pending', 'running', 'waiting'));

@@ -18,3 +18,7 @@ SELECT pg_backend_pid() AS pid, inet_server_port() AS port;
 -- name: channel_listen
 -- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
 LISTEN __channel__;
+
+-- name: channel_listen_ended
+-- LISTEN for the ends of awaited jobs (App.wait): payload the job's id.
+LISTEN __ended_channel__;
