@@ -256,7 +256,25 @@ def test_queue_lag_fails_past_the_limit(queue: pgbaton.Queue, dsn, schema):
     assert "reports" in lag["summary"] and "mail" not in lag["summary"]
     queues = lag["data"]["queues"]
     assert queues["reports"]["lag_seconds"] > 3500
-    assert queues["mail"] == {"due": 0, "scheduled": 1, "running": 0, "lag_seconds": None}
+    assert queues["mail"] == {"paused": False, "due": 0, "scheduled": 1, "running": 0,
+                              "lag_seconds": None}
+
+
+def test_a_paused_queues_lag_is_the_pause_a_warning_that_says_so(
+        queue: pgbaton.Queue, dsn, schema):
+    """A paused queue's due jobs wait because of the pause, not a missing worker: the
+    finding is a warning that names the pause and the command that ends it."""
+    queue.enqueue("report", {}, queue="reports",
+                  run_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    queue.pause("reports")
+    status, report, _ = run_doctor(dsn, schema, "--max-lag", "60")
+    assert status == 0  # a warning, not a failure
+    lag = finding(report, "queue_lag")
+    assert (lag["status"], lag["summary"]) == (
+        "warn", "due jobs wait in reports because it is paused")
+    assert "pgbaton queue resume reports" in lag["advice"]
+    assert "queue reports (paused): 1 due" in lag["evidence"][0]
+    assert lag["data"]["queues"]["reports"]["paused"] is True
 
 
 def test_dead_rows_are_a_warning_that_does_not_fail(queue: pgbaton.Queue, db, dsn, schema):

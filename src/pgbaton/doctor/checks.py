@@ -169,17 +169,29 @@ def queue_lag(inspection: Inspection) -> Finding:
     limit = inspection.thresholds.max_lag
     rows = inspection.all("doctor_queue_lag")
     evidence = [
-        f"queue {r['queue']}: {r['due']} due, {r['scheduled']} scheduled, "
-        f"{r['running']} running"
+        f"queue {r['queue']}{' (paused)' if r['paused'] else ''}: {r['due']} due, "
+        f"{r['scheduled']} scheduled, {r['running']} running"
         + (f"; the oldest due job has waited {age(r['lag_seconds'])}"
            if r["lag_seconds"] is not None else "")
         for r in rows
     ]
     data = {"max_lag_seconds": limit,
-            "queues": {r["queue"]: {"due": r["due"], "scheduled": r["scheduled"],
+            "queues": {r["queue"]: {"paused": r["paused"], "due": r["due"],
+                                    "scheduled": r["scheduled"],
                                     "running": r["running"], "lag_seconds": r["lag_seconds"]}
                        for r in rows}}
     lagging = [r for r in rows if r["lag_seconds"] is not None and r["lag_seconds"] > limit]
+    paused = [r for r in lagging if r["paused"]]
+    lagging = [r for r in lagging if not r["paused"]]
+    if paused and not lagging:
+        names = ", ".join(r["queue"] for r in paused)
+        return Finding(
+            "queue_lag", "warn",
+            f"due jobs wait in {names} because {'it is' if len(paused) == 1 else 'they are'}"
+            " paused", evidence,
+            f"resume with `pgbaton queue resume {paused[0]['queue']}` when the pause is over",
+            data,
+        )
     if lagging:
         names = ", ".join(r["queue"] for r in lagging)
         worst = max(r["lag_seconds"] for r in lagging)

@@ -58,5 +58,9 @@ def age(seconds: float | None) -> str:
     return f"{whole // 86400} d {whole % 86400 // 3600} h"
 
 
+# Words whose plural is not the word and an s.
+_PLURALS = {"index": "indexes", "process": "processes", "batch": "batches"}
+
+
 def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+    return f"{count} {word}" if count == 1 else f"{count} {_PLURALS.get(word, word + 's')}"

@@ -167,8 +167,10 @@ WHERE l.locktype = 'advisory'
 -- name: doctor_queue_lag
 -- Per queue: how long the oldest due pending job has waited since it became due (the
 -- lag a worker fleet keeps near zero), beside what is scheduled and running. Each half
--- reads only its own partial index's rows (pending, running), never the done ones.
+-- reads only its own partial index's rows (pending, running), never the done ones. A
+-- paused queue's lag is the pause, not a missing worker: the finding says which.
 SELECT queue,
+       bool_or(coalesce(q.paused, false)) AS paused,
        sum(due)::bigint AS due,
        sum(scheduled)::bigint AS scheduled,
        sum(running)::bigint AS running,
@@ -189,6 +191,7 @@ FROM (
     WHERE j.status = 'running'
     GROUP BY j.queue
 ) AS per_status
+LEFT JOIN __schema__.queues AS q ON q.name = per_status.queue
 GROUP BY queue
 ORDER BY queue;
 
