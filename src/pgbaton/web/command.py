@@ -90,12 +90,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as error:
         sock.close()
-        if error.errno == errno.EADDRINUSE:
-            raise PgbatonError(
-                f"port {port} on {host} is already in use: stop what listens there, or "
-                "choose another with --port") from None
-        raise PgbatonError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+        raise cannot_listen(host, port, error) from None
     return sock
+
+
+def cannot_listen(host: str, port: int, error: OSError) -> PgbatonError:
+    """What a server of the command line says when it cannot bind: one line."""
+    if error.errno == errno.EADDRINUSE:
+        return PgbatonError(f"port {port} on {host} is already in use: stop what listens "
+                            "there, or choose another with --port")
+    return PgbatonError(f"cannot listen on {host}:{port}: {error.strerror}")
 
 
 def _url_host(host: str) -> str:
@@ -119,11 +123,7 @@ def metrics(host: str, port: int, dsn: str | None, schema: str) -> None:
     try:
         start_http_server(port, addr=host, registry=registry)
     except OSError as error:
-        if error.errno == errno.EADDRINUSE:
-            raise PgbatonError(
-                f"port {port} on {host} is already in use: stop what listens there, or "
-                "choose another with --port") from None
-        raise PgbatonError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+        raise cannot_listen(host, port, error) from None
     click.echo(f"pgbaton metrics on http://{host}:{port}/metrics", err=True)
     while True:
         time.sleep(3600)
