@@ -320,3 +320,30 @@ def test_a_worker_whose_first_sessions_are_cut_mid_statement_waits_and_starts(
     assert cut, "no worker session was cut: the test proved nothing"
     assert worker.process.poll() is None, worker.log()
     assert worker.stop() == 0
+
+
+def test_a_child_still_starting_when_the_stop_comes_is_stopped_not_crashed() -> None:
+    """A graceful stop's SIGTERM can reach a child before it has set its own handler (it
+    is still importing): the child ends by the signal's default action, having claimed
+    nothing. That is the stop the supervisor asked for, and it exits 0. The children
+    here never set a handler, which makes that window the whole of their lives."""
+    import threading
+
+    from pgbaton.worker.processes import ProcessSupervisor
+
+    class Unstarted(ProcessSupervisor):
+        def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE,
+                                    start_new_session=True)
+
+    supervisor = Unstarted("unused:app", "unused", WorkerConfig(processes=2))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    stop.start()
+    try:
+        assert supervisor.run() == 0
+    finally:
+        stop.cancel()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert [c.process.returncode for c in supervisor.children] == [-signal.SIGTERM] * 2

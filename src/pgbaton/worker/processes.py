@@ -121,7 +121,11 @@ class ProcessSupervisor:
                 break
             time.sleep(0.1)
         statuses = [c.process.returncode for c in self.children]
-        clean = not self.crashed and all(s == 0 for s in statuses)
+        # A child that the stop's SIGTERM reached before it set its own handler (still
+        # starting) ended by that signal's default action: it had claimed nothing, so it
+        # stopped as asked, not crashed.
+        asked = (0, -signal.SIGTERM) if self.signals else (0,)
+        clean = not self.crashed and all(s in asked for s in statuses)
         logger.info("supervisor: every worker process has ended (%s): exit %d",
                     statuses, 0 if clean else 1)
         return 0 if clean else 1
