@@ -24,10 +24,12 @@ demo: $(VENV)/.installed
 JOBS ?= 2
 FAST_TIER := not (processes or fleet or failover or pgbouncer or browser or slow or serial)
 
+# --dist loadgroup: the tests of a module with a module-scoped fixture share a worker,
+# and (in test-all) those marked serial run one after another on one (tests/conftest.py).
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(JOBS) -m "$(FAST_TIER)" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -m "$(FAST_TIER)" $(PYTEST_ARGS)
 
-# Every tier; the tests marked serial run one after another on one worker (loadgroup).
+# Every tier.
 test-all: $(VENV)/.installed
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup $(PYTEST_ARGS)
 

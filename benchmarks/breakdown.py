@@ -38,7 +38,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton._checks import job_params
-from pgbaton.queue_async import _claim_params
+from pgbaton._engine_base import claim_params
 from pgbaton.worker import Worker, WorkerConfig
 
 from .common import find_server, fresh_database, percentile
@@ -210,7 +210,7 @@ async def claim_after_idle(dsn: str, jobs: int) -> None:
     ]
     await listener.execute(f'LISTEN "{queue.channel}"')  # type: ignore[arg-type]
     claim = queue._sql["job_claim_many"]
-    params = _claim_params("breakdown", 8, 30.0, None, None, finished=None)
+    params = claim_params("breakdown", 8, 30.0, None, None, finished=None)
     read_only = (f"SELECT id, claim_token, attempts, max_attempts, task, args, key, queue,"
                  f" priority, run_at, lease_until, idempotency_key, created_at, meta"
                  f" FROM {SCHEMA}.jobs WHERE status = 'pending' LIMIT 8")

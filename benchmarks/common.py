@@ -130,8 +130,13 @@ def _run_alive(database: str) -> bool:
     pid = database.removeprefix(DATABASE_PREFIX).split("_", 1)[0]
     if not pid.isdigit():
         return False  # named before runs carried their pid
+    return pid_alive(int(pid))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (someone else's counts)."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

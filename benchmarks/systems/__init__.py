@@ -15,6 +15,8 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
     "pgbaton_p2": ("pgbaton_system", "PgbatonProcesses"),
     "pgbaton_b_p2": ("pgbaton_system", "PgbatonProcessesClaimingAhead"),
+    "pgbaton_base": ("pgbaton_system", "PgbatonAtBase"),
+    "pgbaton_base_b": ("pgbaton_system", "PgbatonAtBaseClaimingAhead"),
     "procrastinate": ("procrastinate_system", "ProcrastinateSystem"),
     "pgqueuer": ("pgqueuer_system", "PgqueuerSystem"),
     "chancy": ("chancy_system", "ChancySystem"),
@@ -26,6 +28,9 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "raw100n": ("raw_system", "RawSQLInFlight"),
     "rawpoll": ("raw_system", "RawSQLBusyPoll"),
 }
+
+# The systems that run pgbaton at the --base ref (benchmarks/base_tree.py): only with it.
+AT_BASE = frozenset({"pgbaton_base", "pgbaton_base_b"})
 
 
 def load(name: str) -> type[System]:

@@ -22,6 +22,9 @@ from ..common import rss_bytes
 ALL_CASES = frozenset({"enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time"})
 # Cases of flow control (pgbaton's paused and limited queues), which the peers lack.
 FLOW_CASES = frozenset({"claim_blocked"})
+# Issue 27's cell (benchmarks/held_xmin.py): a worker process under a paced producer
+# while a session holds the xmin horizon back; it reads the jobs table's timestamps.
+HELD_XMIN_CASES = frozenset({"held_xmin"})
 
 
 class System:
@@ -31,8 +34,11 @@ class System:
     distribution: ClassVar[str | None] = None
     #: "subject" (pgbaton at its defaults), "option" (pgbaton with a worker option a user
     #: would pick for throughput: the targets take pgbaton's best of these), "variant"
-    #: (pgbaton with a feature on, to show its cost), "peer" or "ceiling" (raw SQL).
+    #: (pgbaton with a feature on, to show its cost), "peer", "ceiling" (raw SQL) or
+    #: "base" (pgbaton at the --base ref: the report compares it with `base_of`).
     role: ClassVar[str] = "peer"
+    #: For a base system: the checkout's system it is the base of ("pgbaton").
+    base_of: ClassVar[str | None] = None
     #: Whether the system is a Python library (the report's "best Python peer").
     python: ClassVar[bool] = True
     #: The highest drain concurrency the system can be run at here, None for any.
@@ -44,11 +50,19 @@ class System:
     cases: ClassVar[frozenset[str]] = ALL_CASES - {"claim_time"}
     #: SQL that counts the jobs not finished yet (pending or running).
     unfinished_sql: ClassVar[str] = ""
+    #: The jobs table, schema-qualified (the held-xmin case reads its timestamps).
+    jobs_table: ClassVar[str] = ""
 
     @classmethod
     def installed_version(cls) -> str | None:
         """The version the report shows: the PyPI distribution's, by default."""
         return importlib.metadata.version(cls.distribution) if cls.distribution else None
+
+    @classmethod
+    def source(cls) -> dict[str, str]:
+        """Where the system's code was imported from, for the JSON (pgbaton: its
+        `__file__`, and a base system's commit); raises if it is not where it must be."""
+        return {}
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -91,6 +105,15 @@ class System:
         raise NotImplementedError
 
     async def stop_worker(self) -> None:
+        raise NotImplementedError
+
+    async def start_worker_process(self, concurrency: int) -> None:
+        """Start the system's worker as its command runs it, in a process of its own
+        whose handler starts feed PROBE (the held-xmin case: the producer and the
+        sampling in this process do not share the worker's event loop)."""
+        raise NotImplementedError
+
+    async def stop_worker_process(self) -> None:
         raise NotImplementedError
 
     def worker_cpu_seconds(self) -> float:

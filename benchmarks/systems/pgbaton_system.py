@@ -12,8 +12,9 @@ from typing import ClassVar
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 
+from .. import base_tree
 from ..common import PROBE, REPORT_STARTS_ENV
-from .base import ALL_CASES, FLOW_CASES, System
+from .base import ALL_CASES, FLOW_CASES, HELD_XMIN_CASES, System
 from .child_worker import ChildWorker, ChildWorkerMethods
 
 SCHEMA = "pgbaton"
@@ -42,15 +43,22 @@ class PgbatonSystem(System):
         "apart from concurrency; enqueue through Task.enqueue_async, bulk through "
         "AsyncQueue.enqueue_many."
     )
-    cases: ClassVar[frozenset[str]] = ALL_CASES | FLOW_CASES
+    cases: ClassVar[frozenset[str]] = ALL_CASES | FLOW_CASES | HELD_XMIN_CASES
     unfinished_sql = (
         f"SELECT count(*) FROM {SCHEMA}.jobs WHERE status IN ('pending', 'running')"
     )
+    jobs_table = f"{SCHEMA}.jobs"
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
         self.worker: Worker | None = None
         self.queue: pgbaton.AsyncQueue | None = None
+        # `pgbaton worker` in processes of its own (start_worker_process), once started.
+        self.child = ChildWorker("pgbaton worker")
+
+    @classmethod
+    def source(cls) -> dict[str, str]:
+        return {"pgbaton_file": pgbaton.__file__ or ""}
 
     async def install(self) -> None:
         await pgbaton.AsyncQueue(self.dsn, schema=SCHEMA).migrate()
@@ -60,6 +68,7 @@ class PgbatonSystem(System):
         await app.async_queue.open()
 
     async def close(self) -> None:
+        await self.child.close()
         await app.async_queue.close()
         if self.queue is not None:
             await self.queue.close()
@@ -79,6 +88,27 @@ class PgbatonSystem(System):
         assert self.worker is not None and self.worker_task is not None
         self.worker.request_stop()
         await self.worker_task
+
+    async def start_worker_process(
+        self, concurrency: int, processes: int = 1, claim_ahead: int = 0
+    ) -> None:
+        """`pgbaton worker` on this module's App, as an operator runs it: its defaults
+        apart from the options given. It imports the pgbaton this process imports (the
+        same PYTHONPATH)."""
+        command = [
+            sys.executable, "-m", "pgbaton", "worker", f"{__name__}:app",
+            "--dsn", self.dsn, "--schema", SCHEMA, "--processes", str(processes),
+            "--concurrency", str(concurrency), "--claim-ahead", str(claim_ahead),
+            "--log-level", "WARNING",
+        ]
+        self.child = ChildWorker(f"pgbaton worker --processes {processes}")
+        # The worker processes inherit the supervisor's standard output: their handlers
+        # write their starts there (common.Probe in reporting mode).
+        await self.child.start(command, ROOT, {**os.environ, REPORT_STARTS_ENV: "stdout"})
+        self.worker_task = self.child.follow_starts()
+
+    async def stop_worker_process(self) -> None:
+        await self.child.finish()
 
     async def fill_done(self, rows: int) -> None:
         assert self.db is not None
@@ -203,27 +233,9 @@ class PgbatonProcesses(ChildWorkerMethods, PgbatonSystem):
     )
     cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
 
-    def __init__(self, dsn: str) -> None:
-        super().__init__(dsn)
-        self.child = ChildWorker(f"pgbaton worker --processes {self.processes}")
-
-    async def close(self) -> None:
-        await self.child.close()
-        await super().close()
-
     async def start_worker(self, concurrency: int) -> None:
         per_process = -(-concurrency // self.processes)
-        command = [
-            sys.executable, "-m", "pgbaton", "worker", f"{__name__}:app",
-            "--dsn", self.dsn, "--schema", SCHEMA, "--processes", str(self.processes),
-            "--concurrency", str(per_process), "--claim-ahead", str(self.claim_ahead),
-            "--log-level", "WARNING",
-        ]
-        # The worker processes inherit the supervisor's standard output: their handlers
-        # write their starts there (common.Probe in reporting mode).
-        await self.child.start(command, ROOT, {**os.environ, REPORT_STARTS_ENV: "stdout"})
-        self.worker_task = self.child.follow_starts()
-
+        await self.start_worker_process(per_process, self.processes, self.claim_ahead)
 
 
 class PgbatonProcessesClaimingAhead(PgbatonProcesses):
@@ -234,3 +246,34 @@ class PgbatonProcessesClaimingAhead(PgbatonProcesses):
         " --claim-ahead 500 in each process: up to 500 jobs claimed beyond its free slots "
         "(as pgbaton_b)."
     )
+
+
+class AtTheBase:
+    """pgbaton at the --base ref (benchmarks/base_tree.py): the same adapter, run in a
+    process that imports the base's pgbaton. Every run checks that it does."""
+
+    role = "base"
+
+    @classmethod
+    def source(cls) -> dict[str, str]:
+        return base_tree.verify_import(pgbaton.__file__ or "")
+
+    @classmethod
+    def installed_version(cls) -> str | None:
+        return f"at {os.environ.get(base_tree.BASE_COMMIT_ENV, '?')[:10]}"
+
+
+class PgbatonAtBase(AtTheBase, PgbatonSystem):
+    name = "pgbaton_base"
+    label = "pgbaton at the base"
+    base_of = "pgbaton"
+    settings = PgbatonSystem.settings + " The base ref's pgbaton (--base)."
+    cases: ClassVar[frozenset[str]] = frozenset(
+        {"enqueue_single", "enqueue_bulk", "drain", "latency"}) | HELD_XMIN_CASES
+
+
+class PgbatonAtBaseClaimingAhead(AtTheBase, PgbatonClaimingAhead):
+    name = "pgbaton_base_b"
+    label = "pgbaton at the base, claiming ahead"
+    base_of = "pgbaton_b"
+    settings = PgbatonClaimingAhead.settings + " The base ref's pgbaton (--base)."

@@ -5,6 +5,7 @@ from .app import App, ContextTask, Deferral, EnqueueOptions, Periodic, Task, Typ
 from .context import JobContext
 from .dependencies import Batch, BatchInfo, Callback, Dependency
 from .errors import (
+    ArgsRejected,
     ConfigurationError,
     ConnectionFailed,
     IdempotencyKeyTaken,
@@ -16,30 +17,37 @@ from .errors import (
     JobTimeout,
     NotSerializable,
     PgbatonError,
+    ScheduleChanged,
     SchemaError,
     SchemaNotMigrated,
     SchemaOutOfDate,
     SchemaTooNew,
     ServerTooOld,
+    StepMismatch,
+    StepNotStored,
     UniqueJobUnseen,
     UnknownTask,
 )
 from .events import Event
 from .flow import ClaimBatch, QueueSettings, Rate
 from .job_filter import JobFilter
-from .models import Backoff, Claim, Enqueued, HistoryPartition, Job, QueueStats
+from .models import Backoff, Claim, Enqueued, HistoryPartition, Job, JobLog, QueueStats, Step
+from .outcomes import Cancel, Discard, HandlerOutcome, Snooze, SnoozeLimit
 from .queue import Queue
 from .queue_async import AsyncQueue
+from .schedules import Schedule
 from .unique import Unique
 from .worker import Worker, WorkerConfig
 
 __all__ = [
     "App",
+    "ArgsRejected",
     "AsyncQueue",
     "Backoff",
     "Batch",
     "BatchInfo",
     "Callback",
+    "Cancel",
     "Claim",
     "ClaimBatch",
     "ConfigurationError",
@@ -47,9 +55,11 @@ __all__ = [
     "ContextTask",
     "Deferral",
     "Dependency",
+    "Discard",
     "EnqueueOptions",
     "Enqueued",
     "Event",
+    "HandlerOutcome",
     "HistoryPartition",
     "IdempotencyKeyTaken",
     "InvalidArgument",
@@ -59,6 +69,7 @@ __all__ = [
     "JobEnded",
     "JobFailed",
     "JobFilter",
+    "JobLog",
     "JobNotFound",
     "JobTimeout",
     "NotSerializable",
@@ -68,11 +79,18 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "Rate",
+    "Schedule",
+    "ScheduleChanged",
     "SchemaError",
     "SchemaNotMigrated",
     "SchemaOutOfDate",
     "SchemaTooNew",
     "ServerTooOld",
+    "Snooze",
+    "SnoozeLimit",
+    "Step",
+    "StepMismatch",
+    "StepNotStored",
     "Task",
     "TypedTask",
     "Unique",

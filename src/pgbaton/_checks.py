@@ -23,6 +23,7 @@ from .limits import (
     MAX_JSON_DEPTH,
     MAX_KEY_BYTES,
     MAX_NAME_BYTES,
+    MAX_PROGRESS_NOTE_CHARS,
     MAX_SECONDS,
     MAX_TYPED_DIGITS,
     MIN_HISTORY_PARTITION_SECONDS,
@@ -469,3 +470,30 @@ def as_claim_list(claim_or_claims: Claim | Iterable[Claim]) -> list[Claim]:
     if isinstance(claim_or_claims, Claim):
         return [claim_or_claims]
     return list(claim_or_claims)
+
+
+def check_progress(fraction: object, note: object) -> tuple[float | None, str | None]:
+    """ctx.progress's arguments: a fraction in 0..1 (None: not known) and a short note
+    that a text column can hold (docs/howto/progress-and-logs.md)."""
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise InvalidArgument(
+                f"progress fraction must be a number between 0 and 1 or None, got "
+                f"{_brief(fraction)}"
+            )
+        if not 0 <= fraction <= 1:  # NaN fails both comparisons
+            raise InvalidArgument(
+                f"progress fraction must be between 0 and 1, got {fraction!r}"
+            )
+        fraction = float(fraction)
+    if note is not None:
+        if not isinstance(note, str):
+            raise InvalidArgument(f"progress note must be a string or None, got {_brief(note)}")
+        if len(note) > MAX_PROGRESS_NOTE_CHARS:
+            raise InvalidArgument(
+                f"progress note must be at most {MAX_PROGRESS_NOTE_CHARS} characters, got "
+                f"{len(note):,}"
+            )
+        check_text("progress note", note)
+    return fraction, note
+

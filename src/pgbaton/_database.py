@@ -1,26 +1,39 @@
 # WARNING: generated from _database_async.py by tools/async_to_sync.py: DO NOT EDIT.
 # Change _database_async.py and run `make generate`.
-"""Connecting, checking the server and schema, and migrating (generated sync twin).
+"""Connecting, checking the server and schema, migrating, and AsyncDatabase: one
+schema's pool and the running of its named statements (generated sync twin).
 
 The sync twin _database.py is generated from this file by tools/async_to_sync.py.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg.rows import DictRow, dict_row
+import psycopg_pool
+from psycopg.rows import DictRow, dict_row, tuple_row
+from psycopg.types.json import JsonbLoader
 
 from . import _sql
-from .dsn import redact_dsn
+from ._checks import check_seconds
+from ._decoding import JsonbBinaryLoader
+from ._engine_base import Row, accepted
+from ._sql import notify_channel
+from ._transient import is_connection_loss, is_prepared_statement_mixup
+from .dsn import merge_options, redact_dsn, resolve_dsn
 from .errors import (
     ConnectionFailed,
+    InvalidArgument,
     SchemaNotMigrated,
     SchemaOutOfDate,
     SchemaTooNew,
     ServerTooOld,
 )
+from .integrations.connections import CallerConnection, psycopg_connection
 
 CONNECT_TIMEOUT_SECONDS = 10
 
@@ -197,3 +210,231 @@ def migrate(conn: psycopg.Connection[DictRow], schema: str) -> list[int]:
             )
             applied.append(migration.version)
     return applied
+
+
+Pool = psycopg_pool.ConnectionPool[PooledConnection]
+
+
+class Database:
+    """One pgbaton schema in one database, and the running of its named statements: the
+    plumbing that the queue's face (queue_async.py) and its engine (engine_async.py)
+    share, one pool for both.
+
+    The pool opens on first use after checking that the server is reachable, new
+    enough, and migrated to this version of pgbaton, and (prepare=None) whether the DSN
+    goes through a transaction pool, where the pool's connections then prepare no
+    statements (docs/howto/pgbouncer.md)."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgbaton",
+        pool_size: int = 4,
+        prepare: bool | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    ) -> None:
+        self.dsn = resolve_dsn(dsn)
+        # How long a call waits for a connection of the pool (and the pool's first one
+        # as it opens) before ConnectionFailed: during an outage, each call waits this.
+        self.connect_timeout = check_seconds("connect_timeout", connect_timeout,
+                                             positive=True)
+        # Whether the pool's connections let psycopg prepare statements on the server.
+        # Through a transaction pool (PgBouncer before 1.21, or without
+        # max_prepared_statements) a statement prepared on one server connection is
+        # unknown on the next, or another client's statement of the same name: None
+        # decides at open by the probe of pooling.py, False prepares nothing, True
+        # prepares without asking (PgBouncer 1.21+ with max_prepared_statements).
+        self.prepare = prepare
+        # Why the probe took the DSN for a transaction pool, or None: read at open.
+        self.transaction_pool: str | None = None
+        self.schema = _sql.check_schema_name(schema)
+        self.channel = notify_channel(schema)
+        self._sql = _sql.queries(schema)
+        self._pool_size = pool_size
+        self._pool: Pool | None = None
+        self._opening = threading.Lock()
+        self._schema_checked = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Check the server and schema and open the pool now, rather than on first use."""
+        if self._pool is None:
+            self._open_pool()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    # -- connections ----------------------------------------------------------------
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[DictRow]:
+        """A new connection of this queue's own (for LISTEN, or a caller's transaction)."""
+        return connect(self.dsn, **kwargs)
+
+    def _open_pool(self) -> Pool:
+        with self._opening:
+            if self._pool is not None:  # opened by a caller this one waited for
+                return self._pool
+            conn = connect(self.dsn, autocommit=True)
+            try:
+                check_schema(conn, self.schema)
+                self._schema_checked = True
+                if self.prepare is None:
+                    self.transaction_pool = transaction_pool_evidence(
+                        conn, self.dsn, trust_backend_key=True
+                    )
+                    self.prepare = self.transaction_pool is None
+            finally:
+                conn.close()
+            pool = Pool(
+                self.dsn,
+                connection_class=PooledConnection,
+                min_size=1,
+                max_size=self._pool_size,
+                kwargs={
+                    "autocommit": True,
+                    "row_factory": dict_row,
+                    **self._statement_kwargs(),
+                },
+                open=False,
+            )
+            pool.open(wait=True, timeout=self.connect_timeout)
+            self._pool = pool
+            return pool
+
+    def _statement_kwargs(self) -> dict[str, Any]:
+        if not self.prepare:
+            return {"prepare_threshold": None}
+        # Every statement here has one good plan whatever its values
+        # (tests/integration/test_claim_index.py checks the claim's), so plan each once
+        # per connection instead of at every call.
+        return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
+
+    @contextmanager
+    def _connection(self) -> Iterator[PooledConnection]:
+        pool = self._pool or self._open_pool()
+        try:
+            # getconn and putconn rather than pool.connection(), which also enters the
+            # connection's own block: a commit on exit that these autocommit connections
+            # never need, and with it a lock and a wait (3.5 to 5.4 of the 9 to 14
+            # microseconds a checkout took alone; benchmarks/results/
+            # enqueue-server-cost.md). putconn does what matters of it: a connection
+            # left mid-statement or broken is replaced, one left in a transaction is
+            # rolled back (no statement of pgbaton's leaves one).
+            conn = pool.getconn(timeout=self.connect_timeout)
+            try:
+                yield conn
+            finally:
+                pool.putconn(conn)
+        except psycopg.Error as error:
+            if self.prepare and is_prepared_statement_mixup(error):
+                error.add_note(
+                    f"{redact_dsn(self.dsn)} seems to go through a transaction pool, "
+                    "where a prepared statement stays on one server connection: give "
+                    "the queue prepare=False (docs/howto/pgbouncer.md)"
+                )
+            if not isinstance(error, psycopg.OperationalError) or not is_connection_loss(
+                error
+            ):
+                raise
+            # The server may have restarted: drop every dead idle connection now, so the
+            # caller's retry gets a fresh one instead of the next corpse.
+            pool.check()
+            raise ConnectionFailed(
+                f"lost the connection to PostgreSQL at {redact_dsn(self.dsn)}: {error}"
+            ) from error
+
+    def _fetch(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        conn: CallerConnection | None = None,
+    ) -> list[Row]:
+        query = self._sql[name]
+        if conn is not None:
+            conn = psycopg_connection(conn, psycopg.Connection)
+            if not isinstance(conn, psycopg.Connection):
+                raise InvalidArgument(
+                    f"conn must be a psycopg.Connection, got {type(conn).__name__}"
+                )
+            if not self._schema_checked:
+                check_schema(conn, self.schema)
+                self._schema_checked = True
+            with conn.cursor(row_factory=dict_row) as cursor:
+                # A caller's connection may load jsonb its own way (Django's returns
+                # text); pgbaton's rows want it parsed, as on its own connections.
+                cursor.adapters.register_loader("jsonb", JsonbLoader)
+                cursor.execute(query, params)
+                return cursor.fetchall() if cursor.description else []
+        with self._connection() as pooled:
+            cursor = pooled.statements()
+            cursor.execute(query, params)
+            return cursor.fetchall() if cursor.description else []
+
+    def _fetch_tuples(
+        self, name: str, params: Mapping[str, Any]
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A statement of the worker's hot path: its column names and its rows as
+        tuples, in binary (no dict per row, no text to parse), jsonb decoded by
+        JsonbBinaryLoader."""
+        with (
+            self._connection() as pooled,
+            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+        ):
+            cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
+            cursor.execute(self._sql[name], params)
+            if cursor.description is None:
+                return [], []
+            return [column.name for column in cursor.description], cursor.fetchall()
+
+    def _changed_positions(
+        self, name: str, params: Mapping[str, Any], count: int
+    ) -> list[bool]:
+        """Run a *_many statement; for each input position, whether its row changed."""
+        _, rows = self._fetch_tuples(name, params)
+        return accepted(rows, count)
+
+    # -- schema ---------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Bring the schema up to date; returns the versions applied (none if current)."""
+        conn = connect(self.dsn, autocommit=True)
+        try:
+            return migrate(conn, self.schema)
+        finally:
+            conn.close()
+
+    def schema_version(self) -> int:
+        conn = connect(self.dsn, autocommit=True)
+        try:
+            return schema_version(conn, self.schema)
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _transaction(
+        self, conn: CallerConnection | None
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction on the caller's connection (a savepoint inside theirs) or on a
+        pooled one."""
+        if conn is not None:
+            theirs = psycopg_connection(conn, psycopg.Connection)
+            if not theirs.autocommit and (
+                theirs.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                # psycopg's transaction() on an idle connection would BEGIN and COMMIT
+                # on its own; one statement first opens the caller's transaction, and the
+                # block below becomes a savepoint in it, committed by the caller.
+                self._fetch("server_ping", None, theirs)
+            with theirs.transaction():
+                yield theirs
+            return
+        with self._connection() as pooled, pooled.transaction():
+            yield pooled

@@ -48,7 +48,8 @@ def _in_schema(text: str, schema: str) -> str:
 
 QUERY_FILES = ("server.sql", "migration.sql", "jobs.sql", "queues.sql", "leader.sql",
                "doctor.sql", "lab.sql", "demo.sql", "testing.sql",
-               "dashboard.sql", "dependencies.sql", "history.sql")
+               "dashboard.sql", "dependencies.sql", "history.sql", "args.sql",
+               "schedules.sql", "workers.sql", "steps.sql")
 
 
 @functools.cache

@@ -43,9 +43,15 @@ class Action:
     takes_priority: bool = False
     event: str | None = None  # emitted (pgbaton.events) when `one` changed the job
     question: str = ""  # the dashboard's confirmation; {id} is the job's
+    # The bulk confirmation; {jobs} is "3 jobs" (or "1 job").
+    question_many: str = ""
 
     def ask(self, job_id: int) -> str:
         return self.question.format(id=job_id)
+
+    def ask_many(self, count: int) -> str:
+        """"Retry 3 jobs with fresh attempts?", not "retry on 3 jobs?"."""
+        return self.question_many.format(jobs=f"{count} job{'' if count == 1 else 's'}")
 
 
 ACTIONS: tuple[Action, ...] = (
@@ -55,6 +61,7 @@ ACTIONS: tuple[Action, ...] = (
         notice="The job is pending again.", done="retried", wakes=True,
         one="job_retry", matching="job_retry_matching",
         question="Retry job {id} with fresh attempts?",
+        question_many="Retry {jobs} with fresh attempts?",
     ),
     Action(
         name="cancel", word="cancel", label="Cancel",
@@ -63,6 +70,7 @@ ACTIONS: tuple[Action, ...] = (
         notice="The job was cancelled.", done="cancelled", wakes=False,
         one="job_cancel", matching="job_cancel_matching", event="job.cancelled",
         question="Cancel job {id}?",
+        question_many="Cancel {jobs}?",
     ),
     Action(
         # Pending and scheduled later, and not held by a cancelled handler's lease:
@@ -72,6 +80,7 @@ ACTIONS: tuple[Action, ...] = (
         notice="The job is due now.", done="made due now", wakes=True,
         one="job_run_now", matching="job_run_now_matching",
         question="Make job {id} due now?",
+        question_many="Make {jobs} due now?",
     ),
     Action(
         name="set_priority", word="priority", label="Set priority", statuses=("pending",),
@@ -79,6 +88,7 @@ ACTIONS: tuple[Action, ...] = (
         notice="The job's priority was changed.", done="given a new priority",
         wakes=False, one="job_set_priority", matching="job_set_priority_matching",
         takes_priority=True, question="Change the priority of job {id}?",
+        question_many="Change the priority of {jobs}?",
     ),
     Action(
         # Not a job whose old handler may still run (a cancelled or retried job's
@@ -89,6 +99,7 @@ ACTIONS: tuple[Action, ...] = (
         notice="The job was deleted.", done="deleted", wakes=False,
         one="job_delete", one_else="job_delete_archived", matching="job_delete_matching",
         question="Delete job {id} for good?",
+        question_many="Delete {jobs} for good?",
     ),
 )
 

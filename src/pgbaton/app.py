@@ -34,12 +34,14 @@ from typing import (
     overload,
 )
 
-from . import _sql, waiting
-from ._checks import check_int4, check_lease, check_name, job_params
+from . import _sql, encryption, waiting
+from ._checks import check_int4, check_lease, check_name, check_seconds, job_params, retry_delay
+from ._encoding import to_json
 from .context import JobContext
+from .cron import DEFAULT_CATCH_UP_LIMIT, Cron, check_catch_up
 from .dependencies import CALLBACK_ARG, Callback
 from .dsn import resolve_dsn, resolve_schema, with_application_name
-from .errors import ConfigurationError, InvalidArgument, UnknownTask
+from .errors import ArgsRejected, ConfigurationError, InvalidArgument, UnknownTask
 from .events import Events, Subscriber
 from .flow import Rate, check_concurrency, parse_rate
 from .integrations.connections import (
@@ -48,11 +50,14 @@ from .integrations.connections import (
     CallerConnection,
     ConnectionProvider,
 )
+from .limits import DEFAULT_MAX_SNOOZES
 from .middleware import Middleware
 from .models import Backoff, Enqueued
 from .queue import Queue
 from .queue_async import AsyncQueue
 from .routes import Routes
+from .schedules import Schedules, check_schedule_name, refuse_sealed_schedule_args, tick_key
+from .typed_args import ArgTypes
 from .unique import Unique, check_unique
 
 if TYPE_CHECKING:
@@ -71,10 +76,39 @@ def register_worker_runner(runner: WorkerRunner) -> None:
     _worker_runner = runner
 
 
-RetryPolicy = Callable[[int], float | None]
-"""A task's retry=: the attempt number (1 for the first try) to the seconds to wait
-before the next one, or None for the default backoff (pgbaton.Backoff(): 1 s doubling,
-at most an hour, jittered). docs/howto/retries.md."""
+RetryPolicy = Callable[[int], float | None] | Callable[[int, BaseException], float | None]
+"""A task's retry=, one of two kinds (docs/howto/retries.md). Given the attempt number
+(1 for the first try): the seconds to wait before the next one, or None for the default
+backoff (pgbaton.Backoff(): 1 s doubling, at most an hour, jittered). Given the attempt
+number and the error: the seconds to wait, or None to stop retrying (the job fails)."""
+
+RetryOn = tuple[type[BaseException], ...]
+"""A task's retry_on=: the only errors retried; any other fails the job at once."""
+
+
+def _takes_error(policy: Callable[..., Any]) -> bool:
+    """Whether a retry policy takes (attempt, error) rather than (attempt)."""
+    try:
+        inspect.signature(policy).bind(1, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): called with one argument
+        return False
+    return True
+
+
+def _check_retry_on(retry_on: object) -> RetryOn | None:
+    if retry_on is None:
+        return None
+    if not isinstance(retry_on, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, BaseException) for kind in retry_on
+    ):
+        hint = (f"; write retry_on=({retry_on.__name__},)" if isinstance(retry_on, type)
+                else "")
+        raise InvalidArgument(
+            f"retry_on must be a tuple of exception classes, got {retry_on!r:.80}{hint}"
+        )
+    return retry_on
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -134,17 +168,27 @@ class Task:
         lease: float | None,
         pass_context: bool,
         unique: Unique | None = None,
+        retry_on: RetryOn | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        encrypt: bool = False,
     ) -> None:
         self.app = app
         self.func = func
         self.name = name
         self.queue = queue
         self.max_attempts = max_attempts
+        if retry is not None and not callable(retry):
+            raise InvalidArgument(f"retry must be callable, got {retry!r:.80}")
         self.retry = retry or Backoff()
+        self._retry_takes_error = _takes_error(self.retry)
+        self.retry_on = _check_retry_on(retry_on)
+        self.max_snoozes = check_int4("max_snoozes", max_snoozes, minimum=0)
         self.key = key
         self.timeout = None if timeout is None else check_lease(timeout)
         self.lease = None if lease is None else check_lease(lease)
         self.pass_context = pass_context
+        # Keep what the handler logs with the job (docs/howto/progress-and-logs.md).
+        self.job_logs = True
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = _job_signature(func, name, pass_context)
         # What check_args needs to pass the usual call without building anything: the
@@ -164,7 +208,101 @@ class Task:
         if unique is not None:
             check_unique(unique)
             unique.check_names(name, self.names_taken())
+        if not isinstance(encrypt, bool):
+            raise InvalidArgument(f"task {name!r}: encrypt= must be True or False, "
+                                  f"got {encrypt!r}")
+        self.encrypt = encrypt
+        if encrypt:
+            encryption.check_available()
+            self._check_unique_sealed(unique)
+        # The handler's annotated parameters, judged at enqueue and converted at run
+        # when pydantic is installed (docs/howto/typed-args.md).
+        self.arg_types = ArgTypes(name, func, self.signature, sealed=encrypt)
+        # A handler whose parameters are all required and typed int, float, str or bool
+        # (`seq: int`): its args are judged by their count and types alone at run.
+        as_is = self.arg_types.as_is
+        self._exact_args = as_is if (
+            as_is is not None and self._names_taken is not None
+            and not self._names_taken[2]
+            and self._names_taken[0] == self._names_taken[1] == {n for n, _ in as_is}
+        ) else None
         functools.update_wrapper(self, func)
+
+    def retry_in(self, attempt: int, error: BaseException) -> float | None:
+        """Seconds before the next attempt after this one failed with this error; None:
+        it is not retried (not one of retry_on, or the policy said stop)."""
+        if self.retry_on is not None and not isinstance(error, self.retry_on):
+            return None
+        if self._retry_takes_error:
+            delay = cast("Callable[[int, BaseException], float | None]", self.retry)(
+                attempt, error)
+            return None if delay is None else check_seconds("retry_in", delay)
+        return retry_delay(attempt, cast("Callable[[int], float | None]", self.retry)(attempt))
+
+    def _check_unique_sealed(self, unique: Unique | None) -> None:
+        """An encrypted task's unique= may not count its args: their digest would be
+        stored in the clear beside the sealed args (docs/howto/encryption.md)."""
+        if unique is not None and unique.args != ():
+            raise InvalidArgument(
+                f"task {self.name!r} encrypts its args, so its unique= cannot count them "
+                "(their digest would be stored in the clear): give Unique(args=[]) or no "
+                "unique="
+            )
+
+    def stored_args(self, args: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The args as the job stores them: made JSON by the handler's types (typed
+        args; InvalidArgument naming a field that does not fit), then sealed when the
+        task encrypts (ConfigurationError without usable keys). Nothing is written
+        before this has judged them."""
+        if args and self.arg_types.adapters and not (
+                self._exact_args is not None and self._as_given(args)):
+            args = self.arg_types.check(args)
+        if self.encrypt:
+            text = to_json(dict(args or {}), f"args for task {self.name!r}")
+            args = encryption.seal(self.name, text, encryption.keyring(self.name))
+        return args
+
+    def args_for_run(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A claimed job's stored args as its handler takes them: opened when sealed,
+        checked against its parameters, converted to its types. ArgsRejected when
+        that cannot be done: the job fails at once, as a retry would meet the same."""
+        # Beside a batch callback's sealed args the database puts its `batch` (clear).
+        if encryption.ENVELOPE in args and set(args) <= {encryption.ENVELOPE, CALLBACK_ARG}:
+            try:
+                ring: encryption.Keyring | None = encryption.keyring(self.name)
+            except ConfigurationError as error:
+                if encryption.KEYS_VARIABLE in os.environ:
+                    raise ArgsRejected(str(error)) from None  # set, but malformed
+                ring = None
+            added = {name: value for name, value in args.items()
+                     if name != encryption.ENVELOPE}
+            args = {**encryption.open_sealed(self.name, args, ring), **added}
+        elif self.encrypt:
+            raise ArgsRejected(
+                f"task {self.name!r} encrypts its args but this job's are not encrypted "
+                "(enqueued through the SQL API or Queue.enqueue, which do not seal them): "
+                "enqueue it through the task"
+            )
+        if self._exact_args is not None and self._as_given(args):
+            return args
+        arg_types = self.arg_types
+        if not arg_types.adapters:
+            return args
+        if arg_types.as_is is not None and type(args) is dict and self._names_fit(args):
+            for name, kind in arg_types.as_is:
+                if name in args and type(args[name]) is not kind:
+                    break
+            else:
+                return args  # what convert() would give: each of them as it is
+        try:
+            self.check_args(args)
+        except InvalidArgument as error:
+            raise ArgsRejected(str(error)) from None
+        return self.arg_types.convert(args)
+
+    def args_schema(self) -> dict[str, Any]:
+        """The task's args as a JSON Schema object (`pgbaton tasks`, the dashboard)."""
+        return self.arg_types.json_schema()
 
     def names_taken(self) -> frozenset[str] | None:
         """The arg names the handler takes; None when it takes any (**kwargs)."""
@@ -179,24 +317,41 @@ class Task:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
+    def _as_given(self, args: Mapping[str, Any]) -> bool:
+        """True when the args are exactly the parameters of _exact_args, each of its
+        type already: what the adapters would hand back unchanged, at enqueue and at
+        run, and what check_args would find nothing in."""
+        exact = self._exact_args
+        if exact is None or type(args) is not dict or len(args) != len(exact):
+            return False
+        for name, kind in exact:  # noqa: SIM110 (all() and its generator: twice the time)
+            if type(args.get(name)) is not kind:
+                return False
+        return True
+
+    def _names_fit(self, args: Mapping[str, Any]) -> bool:
+        """True when the args name every required parameter and (unless the handler
+        takes **kwargs) no other: without positional-only parameters, args that
+        Signature.bind accepts, so check_args would find nothing."""
+        if self._names_taken is None:
+            return False
+        taken, required, takes_any = self._names_taken
+        names = args.keys()
+        return required <= names and (
+            names <= taken if not takes_any else all(isinstance(n, str) for n in names))
+
     def check_args(self, args: Mapping[str, Any] | None) -> None:
         """Refuse args the handler could not be called with, before anything is written:
         every missing and every unexpected name is listed."""
-        if not isinstance(args, Mapping | None):
+        # A dict first: the ABC's isinstance alone took longer than the rest of the
+        # check (each enqueue through a task, each run of a typed one).
+        if not (args is None or type(args) is dict or isinstance(args, Mapping)):
             raise InvalidArgument(
                 f"args for task {self.name!r} must be a mapping of keyword arguments, "
                 f"got {type(args).__name__}"
             )
-        if self._names_taken is not None:
-            # Without positional-only parameters, args that name every required
-            # parameter and (unless the handler takes **kwargs) no other are args that
-            # Signature.bind accepts: the check below would find nothing.
-            taken, required, takes_any = self._names_taken
-            names = (args or {}).keys()
-            if required <= names and (
-                names <= taken if not takes_any else all(isinstance(n, str) for n in names)
-            ):
-                return
+        if self._names_fit(args or {}):
+            return
         given = dict(args or {})
         parameters = self.signature.parameters.values()
         by_name = {p.name: p for p in parameters if p.kind in _BY_NAME}
@@ -240,6 +395,8 @@ class Task:
         if unique is not None and unique is not self.unique:
             check_unique(unique)
             unique.check_names(self.name, self.names_taken())
+            if self.encrypt:
+                self._check_unique_sealed(unique)
         return merged
 
     def options_to_wait(self, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,7 +425,8 @@ class Task:
         are checked against the handler's parameters first (InvalidArgument)."""
         self.check_args(args)
         job = self.job_options(args, options)
-        return self.app.queue_for(job["queue"]).enqueue(self.name, args, conn=conn, **job)
+        return self.app.queue_for(job["queue"]).enqueue(
+            self.name, self.stored_args(args), conn=conn, **job)
 
     async def enqueue_async(
         self,
@@ -281,7 +439,7 @@ class Task:
         self.check_args(args)
         job = self.job_options(args, options)
         return await self.app.async_queue_for(job["queue"]).enqueue(
-            self.name, args, conn=conn, **job
+            self.name, self.stored_args(args), conn=conn, **job
         )
 
     def enqueue_once(
@@ -295,7 +453,8 @@ class Task:
         unique= given): what the enqueue did, Enqueued(id, created, outcome, status)."""
         self.check_args(args)
         job = self.job_options(args, options)
-        return self.app.queue_for(job["queue"]).enqueue_once(self.name, args, conn=conn, **job)
+        return self.app.queue_for(job["queue"]).enqueue_once(
+            self.name, self.stored_args(args), conn=conn, **job)
 
     async def enqueue_once_async(
         self,
@@ -308,7 +467,7 @@ class Task:
         self.check_args(args)
         job = self.job_options(args, options)
         return await self.app.async_queue_for(job["queue"]).enqueue_once(
-            self.name, args, conn=conn, **job
+            self.name, self.stored_args(args), conn=conn, **job
         )
 
     def args_of_call(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -448,27 +607,37 @@ def _job_signature(func: Callable[..., Any], name: str, pass_context: bool) -> i
     return signature.replace(parameters=parameters)
 
 
-# A schedule that does not fire within this horizon is a mistake ("0 0 30 2 *").
-PERIODIC_HORIZON = dt.timedelta(days=5 * 366)
-
-
 @dataclass(frozen=True)
 class Periodic:
-    """One schedule: a task enqueued by the maintenance leader at each tick of a cron
-    expression, with fixed args. One task may have several schedules."""
+    """One schedule in code: a task enqueued by the maintenance leader at each tick of a
+    cron expression, with fixed args. One task may have several schedules. A worker
+    writes it to the schedules table as it starts (docs/schedules.md)."""
 
     task: Task
     cron: str
     args: Mapping[str, Any] | None = None
+    schedule: str | None = None
+    timezone: str = "UTC"
+    catch_up: str = "skip"
+    catch_up_limit: int = 100
 
     @property
     def schedule_id(self) -> str:
-        """Tells this schedule from the task's others (cron and args), for its keys."""
-        text = json.dumps([self.cron, self.args or {}], sort_keys=True, default=repr)
+        """Tells this schedule from the task's others (cron and args, and the zone when
+        not UTC), for its default name and so its keys."""
+        shown: list[Any] = [self.cron, self.args or {}]
+        if self.timezone != "UTC":
+            shown.append(self.timezone)
+        text = json.dumps(shown, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
+    @property
+    def name(self) -> str:
+        """The schedule's name in the table: schedule=, else TASK:ID."""
+        return self.schedule or f"{self.task.name}:{self.schedule_id}"
+
     def idempotency_key(self, tick: dt.datetime) -> str:
-        return f"pgbaton:periodic:{self.task.name}:{self.schedule_id}:{tick.isoformat()}"
+        return tick_key(self.name, tick)
 
 
 class App:
@@ -598,7 +767,8 @@ class App:
         jobs, batch = self.with_task_defaults(jobs, batch)
         route = self._routes.queue_of_many(jobs, batch)
         self.check_callback_args(batch)
-        return self.queue_for(route).enqueue_many(jobs, conn=conn, batch=batch)
+        return self.queue_for(route).enqueue_many(jobs, conn=conn,
+                                                  batch=self.sealed_callbacks(batch))
 
     async def enqueue_many_async(
         self, jobs: Iterable[Mapping[str, Any]], *,
@@ -608,7 +778,8 @@ class App:
         jobs, batch = self.with_task_defaults(jobs, batch)
         route = self._routes.queue_of_many(jobs, batch)
         self.check_callback_args(batch)
-        return await self.async_queue_for(route).enqueue_many(jobs, conn=conn, batch=batch)
+        return await self.async_queue_for(route).enqueue_many(
+            jobs, conn=conn, batch=self.sealed_callbacks(batch))
 
     def with_task_defaults(
         self, jobs: Iterable[Mapping[str, Any]], batch: Batch | None
@@ -630,12 +801,13 @@ class App:
                 check_name("queue", job["queue"])  # named before the args' own problems
             try:
                 task.check_args(args)
+                options = {name: value for name, value in job.items()
+                           if name not in ("task", "args")}
+                options = task.job_options(args, options)
+                stored = task.stored_args(args)
             except InvalidArgument as error:
-                raise InvalidArgument(f"job {position}: {error}") from None
-            options = {name: value for name, value in job.items()
-                       if name not in ("task", "args")}
-            filled.append({"task": task.name, "args": args,
-                           **task.job_options(args, options)})
+                raise type(error)(f"job {position}: {error}") from None
+            filled.append({"task": task.name, "args": stored, **options})
         if batch is not None:
             batch = dataclasses.replace(
                 batch, **{which: self._callback_defaults(getattr(batch, which))
@@ -659,6 +831,20 @@ class App:
                 raise InvalidArgument(
                     f"the batch's {which} callback: {error}; nothing was written"
                 ) from None
+
+    def sealed_callbacks(self, batch: Batch | None) -> Batch | None:
+        """The batch with each callback's args as its task stores them (typed, sealed
+        for an encrypted task), once check_callback_args has judged them as given."""
+        if batch is None:
+            return None
+        changes: dict[str, Any] = {}
+        for which in ("on_finish", "on_success"):
+            callback = getattr(batch, which)
+            task = self.tasks.get(callback.task) if isinstance(callback, Callback) else None
+            if task is not None and isinstance(callback.args, Mapping | None):
+                changes[which] = dataclasses.replace(
+                    callback, args=task.stored_args(callback.args))
+        return dataclasses.replace(batch, **changes) if changes else batch
 
     def _callback_defaults(self, callback: Any) -> Any:
         if not isinstance(callback, Callback) or callback.task not in self.tasks:
@@ -717,6 +903,34 @@ class App:
         target = self.async_queue if queue is None else self.async_queue_for(queue)
         return await waiting.wait_async(target, job_id, timeout)
 
+    def send_event(self, job_id: int, event: str, payload: Any = None, *,
+                   queue: str | None = None) -> bool:
+        """Send `event` to a job: its ctx.wait_for(event) gets `payload` (JSON); a job
+        suspended on that wait is due now (True: it was woken), and an event sent before
+        the job waits is kept for it. JobNotFound for an unknown job. `queue`: the
+        job's queue, when it is routed to another database. docs/howto/durable-steps.md."""
+        target = self.queue if queue is None else self.queue_for(queue)
+        return target.send_event(job_id, event, payload)
+
+    async def send_event_async(self, job_id: int, event: str, payload: Any = None, *,
+                               queue: str | None = None) -> bool:
+        """send_event() for asyncio."""
+        target = self.async_queue if queue is None else self.async_queue_for(queue)
+        return await target.send_event(job_id, event, payload)
+
+    def send_event_by_key(self, key: str, event: str, payload: Any = None, *,
+                          queue: str | None = None) -> list[int]:
+        """send_event() to every unfinished job of `key`; returns their ids
+        (JobNotFound when the key has none)."""
+        target = self.queue if queue is None else self.queue_for(queue)
+        return target.send_event_by_key(key, event, payload)
+
+    async def send_event_by_key_async(self, key: str, event: str, payload: Any = None, *,
+                                      queue: str | None = None) -> list[int]:
+        """send_event_by_key() for asyncio."""
+        target = self.async_queue if queue is None else self.async_queue_for(queue)
+        return await target.send_event_by_key(key, event, payload)
+
     def provide_connection(self, provider: ConnectionProvider | None) -> None:
         """Sync enqueues of this App without conn= ask provider() first: what it returns
         (anything conn= takes) is the transaction the job joins; None means the App's
@@ -751,6 +965,10 @@ class App:
         lease: float | None = None,
         pass_context: Literal[False] = False,
         unique: Unique | None = None,
+        retry_on: RetryOn | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        encrypt: bool = False,
+        job_logs: bool = True,
     ) -> Callable[[Callable[P, R]], TypedTask[P, R]]: ...
 
     @overload
@@ -767,6 +985,10 @@ class App:
         lease: float | None = None,
         pass_context: Literal[True],
         unique: Unique | None = None,
+        retry_on: RetryOn | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        encrypt: bool = False,
+        job_logs: bool = True,
     ) -> Callable[[Callable[Concatenate[JobContext, P], R]], ContextTask[P, R]]: ...
 
     def task(
@@ -782,12 +1004,23 @@ class App:
         lease: float | None = None,
         pass_context: bool = False,
         unique: Unique | None = None,
+        retry_on: RetryOn | None = None,
+        max_snoozes: int = DEFAULT_MAX_SNOOZES,
+        encrypt: bool = False,
+        job_logs: bool = True,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, async def or plain def. Its job's args are its keyword
         arguments; with pass_context=True a JobContext comes first. A job that raises is
         tried again after retry(attempt) seconds (default: pgbaton.Backoff()) until it
-        has had max_attempts tries (docs/howto/retries.md). unique: what makes two of
-        its jobs the same (docs/howto/unique.md)."""
+        has had max_attempts tries (docs/howto/retries.md); retry_on: the only errors
+        retried (any other fails the job at once). A handler may raise pgbaton.Snooze,
+        Cancel or Discard; a job that snoozes more than max_snoozes times fails. unique:
+        what makes two of its jobs the same (docs/howto/unique.md). encrypt=True: its args
+        are stored sealed with PGBATON_ENCRYPTION_KEYS's first key
+        (docs/howto/encryption.md). Annotated parameters are validated at enqueue and
+        converted at run when pydantic is installed (docs/howto/typed-args.md).
+        job_logs=False: what its handler logs is not kept with the job
+        (docs/howto/progress-and-logs.md)."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
@@ -798,8 +1031,12 @@ class App:
             task = kind(
                 self, func, name=task_name, queue=queue, max_attempts=max_attempts,
                 retry=retry, key=key, timeout=timeout, lease=lease, pass_context=pass_context,
-                unique=unique,
+                unique=unique, retry_on=retry_on, max_snoozes=max_snoozes,
+                encrypt=encrypt,
             )
+            if not isinstance(job_logs, bool):
+                raise InvalidArgument(f"job_logs must be True or False, got {job_logs!r}")
+            task.job_logs = job_logs
             self.tasks[task_name] = task
             return task
 
@@ -838,32 +1075,33 @@ class App:
         cron: str,
         *,
         args: Mapping[str, Any] | None = None,
+        schedule: str | None = None,
+        timezone: str = "UTC",
+        catch_up: str = "skip",
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
         **task_options: Any,
     ) -> Callable[[Callable[..., Any]], Task]:
         """Register a task and enqueue it at each tick of `cron` (5 fields, or 6 with
-        seconds last), exactly once per tick however many workers run."""
-        from croniter import croniter
-
-        if not isinstance(cron, str) or not croniter.is_valid(cron):
-            raise InvalidArgument(f"not a cron expression: {cron!r}")
+        seconds last) read in `timezone`, exactly once per tick however many workers
+        run. schedule: its name in the schedules table (default TASK:ID); catch_up:
+        what becomes of ticks missed while no worker led (docs/schedules.md)."""
         now = dt.datetime.now(dt.UTC)
-        try:
-            first = croniter(cron, now).get_next(dt.datetime)
-        except Exception:  # croniter gives up on dates that never come ("0 0 30 2 *")
-            first = None
-        if first is None or first - now > PERIODIC_HORIZON:
-            raise InvalidArgument(
-                f"cron {cron!r} never fires (no tick within five years): check the day "
-                "and month fields"
-            )
+        Cron(cron, timezone).check_fires(now)
+        catch_up, catch_up_limit = check_catch_up(catch_up, catch_up_limit)
+        if schedule is not None:
+            check_schedule_name(schedule)
 
         def register(func: Callable[..., Any]) -> Task:
             task = func if isinstance(func, Task) else self.task(func, **task_options)
-            periodic = Periodic(task, cron, args)
+            periodic = Periodic(task, cron, args, schedule, timezone, catch_up,
+                                catch_up_limit)
+            refuse_sealed_schedule_args(task, args)
             try:
                 # The key function and the args' encoding fail here, at definition,
                 # rather than inside the maintenance leader at each tick.
                 job_params(task.name, args, **task.job_options(args, {"run_at": now}))
+                if task.arg_types and args:
+                    task.arg_types.check(args)
             except Exception as error:
                 raise InvalidArgument(
                     f"periodic schedule {cron!r} of task {task.name!r} cannot make a job: "
@@ -875,10 +1113,19 @@ class App:
                     f"task {task.name!r} already has the schedule {cron!r} with these args: "
                     "two identical schedules would enqueue each tick once, not twice"
                 )
+            if any(p.name == periodic.name for p in self.periodics):
+                raise InvalidArgument(f"the App has a schedule named {periodic.name!r} "
+                                      "already: give each schedule= its own name")
             self.periodics.append(periodic)
             return task
 
         return register
+
+    @property
+    def schedules(self) -> Schedules:
+        """Add, change, pause, resume, run now and remove schedules at run time, and
+        list them with those of @app.periodic (docs/schedules.md)."""
+        return Schedules(self)
 
     def run_worker(
         self, config: WorkerConfig | None = None, *, app_spec: str | None = None,

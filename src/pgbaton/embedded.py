@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,21 @@ def start(data_dir: Path | str | None = None, *, delete_on_exit: bool = False) -
         return get_server(
             folder, cleanup_mode="delete" if delete_on_exit else "stop"
         )
+
+
+def scratch_folder(prefix: str = "pgbaton-embedded-") -> Path:
+    """A new folder in the system's temporary folder for a throwaway server's data.
+
+    Not under pytest's tmp_path: run as root, the server runs as the wheel's own user,
+    which must be able to pass through every folder above its data, and every pytest
+    session that root starts makes pytest's root folder (/tmp/pytest-of-root) private
+    again. A server in there PANICs at its next checkpoint ("could not open file
+    .../global/pg_control: Permission denied") and stays down. The caller removes the
+    folder (start(..., delete_on_exit=True) removes the data inside it).
+    """
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)  # mkdtemp's 0700 would shut the server's user out as well
+    return folder
 
 
 def dsn(server: Any, database: str = "postgres") -> str:

@@ -5,6 +5,7 @@
      +-- InvalidArgument (ValueError) a value pgbaton cannot accept; nothing was written
      |    +-- NotSerializable (TypeError too)  args or a result that JSON cannot hold
      |    +-- IdempotencyKeyTaken    the key belongs to a job of another task
+     |    +-- ScheduleChanged        a schedule changed since the caller read it
      +-- UniqueJobUnseen             a unique enqueue met a job it could not read
      +-- ConnectionFailed            the server cannot be reached, or went away mid-call
      +-- ServerTooOld                PostgreSQL older than 13 (no built-in gen_random_uuid)
@@ -13,11 +14,21 @@
      |    +-- SchemaOutOfDate        the schema is older than the library
      |    +-- SchemaTooNew           the schema is newer than the library
      +-- UnknownTask                 a job names a task this worker's App does not have
+     +-- ArgsRejected                a claimed job's stored args do not fit its task, or
+     |                               cannot be decrypted: failed at once, not retried
      +-- JobTimeout                  a handler ran past its task's timeout
      +-- JobEnded                    a waited-for job ended without a result (App.wait)
      |    +-- JobFailed              it failed, its last attempt spent; with its errors
      |    +-- JobCancelled           it was cancelled
      +-- JobNotFound (LookupError)   App.wait: no job of that id, in jobs or the history
+     +-- HandlerOutcome              raised by a handler (pgbaton.outcomes): Snooze,
+     |                               Cancel, Discard
+     +-- SnoozeLimit                 a job snoozed past its task's max_snoozes
+
+HandlerOutcome and SnoozeLimit live in pgbaton.outcomes (they check their values with
+the argument checks, which need this module first).
+     +-- StepMismatch                a job's stored steps do not match what its code reaches
+     +-- StepNotStored               a step's result was not stored: the claim was lost
 
 A lost claim is not an exception: complete(), fail(), heartbeat() and release() return
 False for it, because losing a job to an expired lease is part of normal operation.
@@ -36,6 +47,14 @@ class ConfigurationError(PgbatonError):
     """pgbaton was not told enough to start: no DSN, or a schema name it cannot use."""
 
 
+class ArgsRejected(PgbatonError):
+    """A claimed job's stored args that its handler cannot be given: they do not fit the
+    handler's types (a job enqueued through the SQL API), or they are encrypted with a
+    key this worker does not hold. Trying again would meet the same args, so the job
+    fails at once, its remaining attempts unspent (docs/howto/typed-args.md,
+    docs/howto/encryption.md)."""
+
+
 class InvalidArgument(PgbatonError, ValueError):
     """An argument pgbaton cannot accept. Raised before anything is written."""
 
@@ -47,6 +66,12 @@ class NotSerializable(InvalidArgument, TypeError):
 class IdempotencyKeyTaken(InvalidArgument):
     """An idempotency key already used by a job of another task, refused while the schema
     keeps the previous release's global index (docs/guarantees.md). Nothing was written."""
+
+
+class ScheduleChanged(InvalidArgument):
+    """A change of a schedule made against a revision that is no longer the row's: it
+    was changed (by another operator, say) since the caller read it. Nothing was
+    written; read it again and redo the change (docs/schedules.md)."""
 
 
 class UniqueJobUnseen(PgbatonError):
@@ -121,3 +146,15 @@ class JobCancelled(JobEnded):
 class JobNotFound(PgbatonError, LookupError):
     """App.wait's job is neither in the jobs table nor in the history: it never existed
     or was deleted (pruned, or by an operator)."""
+
+
+class StepMismatch(PgbatonError):
+    """A run of a job with durable steps reached a step, sleep or wait other than the one
+    stored at that place, or ended without reaching steps an earlier run stored: the
+    code changed between its runs (docs/howto/durable-steps.md). Nothing is replayed."""
+
+
+class StepNotStored(PgbatonError):
+    """A step's function returned but its result could not be stored: the job's claim is
+    lost (cancelled, or taken after its lease). The handler should stop."""
+

@@ -40,13 +40,25 @@ EVENTS: dict[str, str] = {
     "job.claimed": "a worker claimed the job (its attempt number is already counted)",
     "job.started": "its handler started on a worker; queue_time = start - run_at",
     "job.succeeded": "the handler returned and the completion was written",
-    "job.failed": "the attempt failed and no attempt is left: the job is `failed`",
+    "job.failed": "the attempt failed and no attempt is left, or its error is not retried "
+                  "(retry_on, a policy's None), or it snoozed past max_snoozes: `failed`",
     "job.retried": "the attempt failed and the job is pending again, for a later attempt",
     "job.timed_out": "the handler ran past its task's timeout (then failed or retried)",
+    "job.progress": "the worker wrote the progress its handler reported (ctx.progress; "
+                    "detail: fraction, note), at most once a second a job",
     "job.lost": "a fenced write was refused: another worker owns the job now, or it was "
                 "cancelled; the handler is told to stop and its outcome is discarded",
-    "job.cancelled": "an operator cancelled the job (emitted by the queue that cancelled it)",
+    "job.cancelled": "an operator cancelled the job (emitted by the queue that cancelled it), "
+                     "or its handler raised pgbaton.Cancel (detail: reason, by)",
+    "job.snoozed": "its handler raised pgbaton.Snooze and the job is pending again, its "
+                   "attempt not counted (detail: seconds or until, note)",
+    "job.discarded": "its handler raised pgbaton.Discard: the job is `failed` at once, "
+                     "whatever attempts were left (detail: reason)",
     "job.released": "a stopping worker handed the job back without spending an attempt",
+    "job.step_done": "a durable step's result was stored (detail: step, seq, seconds, size)",
+    "job.sleeping": "the handler slept or waited (ctx.sleep, ctx.wait_for): the job is "
+                    "pending until detail.until, its attempt not counted",
+    "job.woken": "a run passed the sleep or wait it was suspended on (detail: kind, name)",
     "job.reaped": "the reaper handed back jobs whose lease expired (count)",
     "job.pruned": "the pruner deleted finished jobs (count)",
     "job.archived": "the pruner moved done jobs to jobs_history (count; history mode)",
@@ -54,6 +66,21 @@ EVENTS: dict[str, str] = {
                        "(count; history mode)",
     "jobs.vacuumed": "the leader vacuumed the jobs table (count: the dead row versions "
                      "the statistics counted before)",
+    "schedule.added": "a schedule was added at run time (detail: schedule, by)",
+    "schedule.updated": "a run-time schedule's definition was changed (detail: "
+                        "schedule, by, changes)",
+    "schedule.paused": "a schedule was paused: it enqueues nothing (detail: schedule, by)",
+    "schedule.resumed": "a paused schedule was resumed, from its next tick (detail: "
+                        "schedule, by)",
+    "schedule.removed": "a schedule was deleted, by an operator or by the leader once "
+                        "missing from code past the grace (detail: schedule, by)",
+    "schedule.enqueued": "the leader enqueued the jobs of a schedule's due ticks (job_id: "
+                         "the newest; count; detail: schedule, ticks)",
+    "schedule.skipped": "the leader's catch-up policy left out ticks missed while no "
+                        "worker led (count: at least; detail: schedule, catch_up, "
+                        "catch_up_limit, missed_after, missed_before)",
+    "schedule.missing": "a starting worker's code lacks a code schedule: it enqueues "
+                        "nothing and is deleted after the grace (detail: schedule, by)",
     "leader.elected": "this worker became the maintenance leader",
     "leader.lost": "this worker stopped being the maintenance leader",
     "worker.started": "a worker process opened its connections and started claiming",

@@ -14,14 +14,15 @@ from typing import Any
 
 from ._checks import check_text
 from .errors import InvalidArgument
-from .limits import INT8_MAX, MAX_FILTER_TEXT
+from .limits import INT8_MAX, MAX_DASHBOARD_PAGE, MAX_FILTER_TEXT
 from .models import STATES
 
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """Jobs by status, queue, task, key, a substring of their args or errors, and the
-    time they finished (or were created, while unfinished): since <= t < until."""
+    """Jobs by status, queue, task, key, a substring of their args or errors, the
+    time they finished (or were created, while unfinished): since <= t < until, and
+    `ids`, a selection (the dashboard's checked rows; at most MAX_SELECTED)."""
 
     status: str | None = None
     queue: str | None = None
@@ -30,8 +31,11 @@ class JobFilter:
     text: str | None = None
     since: dt.datetime | None = None
     until: dt.datetime | None = None
+    ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.ids is not None:
+            object.__setattr__(self, "ids", check_ids(self.ids))
         if self.status is not None and self.status not in STATES:
             raise InvalidArgument(
                 f"status {self.status!r} is not one of {', '.join(STATES)}"
@@ -54,10 +58,25 @@ class JobFilter:
 
     def params(self) -> dict[str, Any]:
         """The statements' filter parameters."""
-        return asdict(self)
+        fields = asdict(self)
+        fields["ids"] = list(self.ids) if self.ids is not None else None
+        return fields
 
     def is_empty(self) -> bool:
         return not any(self.params().values())
+
+
+def check_ids(ids: object) -> tuple[int, ...]:
+    """A selection of job ids: 1 to MAX_SELECTED whole numbers, each a job id."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (tuple, list)):
+        raise InvalidArgument(f"ids must be a list of job ids, got {type(ids).__name__}")
+    if not 1 <= len(ids) <= MAX_SELECTED:
+        raise InvalidArgument(f"ids selects 1 to {MAX_SELECTED} jobs, got {len(ids)}")
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or not (
+                1 <= value <= INT8_MAX):
+            raise InvalidArgument(f"ids holds {value!r}, not a job id (1 to {INT8_MAX})")
+    return tuple(dict.fromkeys(ids))
 
 
 def check_upto(upto: int) -> int:
@@ -66,6 +85,9 @@ def check_upto(upto: int) -> int:
         raise InvalidArgument(f"upto is a job id from 0 to {INT8_MAX}, got {upto!r}")
     return upto
 
+
+# The most jobs one selection names: a page of the dashboard's list.
+MAX_SELECTED = MAX_DASHBOARD_PAGE
 
 # A filter's fields as a person types them, in a form or as command-line options.
 FILTER_FIELDS = ("status", "queue", "task", "key", "text", "since", "until")
@@ -98,7 +120,8 @@ def filter_of(fields: Mapping[str, str | None]) -> JobFilter:
     since = values.pop("since")
     until = values.pop("until")
     return JobFilter(
-        **values,
+        status=values["status"], queue=values["queue"], task=values["task"],
+        key=values["key"], text=values["text"],
         since=parse_time("since", since) if since else None,
         until=parse_time("until", until) if until else None,
     )

@@ -91,3 +91,30 @@ MAX_TYPED_DIGITS = 30
 # a request body larger than any of its forms by far is refused unread.
 MAX_DASHBOARD_PAGE = 500
 MAX_DASHBOARD_BODY = 64 * 1024
+
+# A handler's outcome (pgbaton.Snooze's note, Cancel's and Discard's reason): kept in the
+# job's errors and carried by its event; a sentence or a paragraph, not a document.
+MAX_OUTCOME_TEXT = 4000
+
+# A task's max_snoozes default (docs/howto/retries.md): a snooze gives its attempt back,
+# so this is what ends a job that only ever snoozes. A job polling once a minute for
+# something that is not coming then ends after about 16 hours (1,000 minutes), long
+# enough for any outage a snooze is meant to wait out, short enough to be noticed.
+DEFAULT_MAX_SNOOZES = 1000
+# Progress and each job's own log lines (docs/howto/progress-and-logs.md). A progress
+# note is a status line for a person, shown in lists: 200 characters. The lines a
+# handler logs are kept per attempt up to a count and a size of message text, each line
+# cut at a length, so that a handler logging in a loop cannot fill the database: the
+# rest is counted, and every reader marks how many lines were dropped.
+MAX_PROGRESS_NOTE_CHARS = 200
+MAX_JOB_LOG_LINES = 200
+MAX_JOB_LOG_BYTES = 64 * 1024
+MAX_JOB_LOG_LINE_CHARS = 4000
+
+# Durable steps (docs/howto/durable-steps.md). A step's result is read back by every
+# later run of its job, so it is held to a job's own bound; an event's payload travels
+# through send_event, from SQL as well (its function says the same number). A sleep
+# wakes by the end of year 9999 at the latest; a wait without timeout is due then.
+MAX_STEP_RESULT_BYTES = MAX_ARGS_BYTES
+MAX_EVENT_PAYLOAD_BYTES = 1024 * 1024
+LATEST_WAKE = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)

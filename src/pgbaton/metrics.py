@@ -41,6 +41,8 @@ OUTCOMES = {
     "job.lost": "lost",
     "job.released": "released",
     "job.cancelled": "cancelled",
+    "job.snoozed": "snoozed",  # a handler's Snooze: the attempt is not counted
+    "job.discarded": "discarded",  # a handler's Discard: failed at once
 }
 # Seconds: from a millisecond to a day, for queue time and run time alike.
 BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900,

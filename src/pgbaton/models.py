@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import MAX_JOB_LOG_BYTES, MAX_JOB_LOG_LINES
+
 # The stored status column. waiting: for the jobs it depends on (docs/dependencies.md);
 # never claimed.
 STATUSES = ("pending", "running", "done", "failed", "cancelled", "waiting")
@@ -137,10 +139,26 @@ class Job:
     # which it blocks another job of that key; None for a job enqueued without unique=.
     unique_key: str | None = None
     unique_states: list[str] | None = None
+    # How many times its handler snoozed (pgbaton.Snooze), none of them an attempt.
+    snoozes: int = 0
+    # How far it is, as its handler last said (ctx.progress; docs/howto/progress-and-
+    # logs.md): a fraction in 0..1 or None, a note, and when the worker wrote them. Kept
+    # when the job ends; see progress_stale for a retried job.
+    progress: float | None = None
+    progress_note: str | None = None
+    progress_at: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         return cls(**row)
+
+    @property
+    def progress_stale(self) -> bool:
+        """True when the progress on the row was reported by an earlier attempt than
+        the latest one (the claim of a retry leaves it in place until the new attempt
+        reports its own)."""
+        return (self.progress_at is not None and self.started_at is not None
+                and self.progress_at < self.started_at)
 
     @property
     def state(self) -> str:
@@ -149,6 +167,75 @@ class Job:
         if self.status == "pending" and self.run_at > dt.datetime.now(dt.UTC):
             return "scheduled"
         return self.status
+
+
+@dataclass(frozen=True, slots=True)
+class JobLog:
+    """What a job's handler logged during one run (docs/howto/progress-and-logs.md): its
+    lines, each {"at", "level", "logger", "message"}, and how many more lines did not fit
+    the run's bounds (limits.MAX_JOB_LOG_LINES, MAX_JOB_LOG_BYTES). A snooze, a durable
+    sleep or a release gives an attempt back, so one attempt may have several runs:
+    `run` numbers the job's runs that kept lines, in the order they ran, and `ended`
+    says how that run ended (job_logs.ENDINGS; None: not said, as on lines kept before
+    schema version 19)."""
+
+    attempt: int
+    lines: list[dict[str, Any]]
+    dropped: int
+    created_at: dt.datetime
+    run: int = 1
+    ended: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobLog:
+        return cls(**row)
+
+    @property
+    def label(self) -> str:
+        """"attempt 2, run 3 (snoozed)": what every reader heads the run's lines with."""
+        return f"attempt {self.attempt}, run {self.run}" + (
+            f" ({self.ended})" if self.ended else "")
+
+    def marker(self) -> str | None:
+        """The line every reader shows after the kept ones when some were dropped."""
+        if not self.dropped:
+            return None
+        return (f"... {self.dropped} more line{'s' if self.dropped != 1 else ''} not kept "
+                f"(at most {MAX_JOB_LOG_LINES} lines and {MAX_JOB_LOG_BYTES} bytes a "
+                "run)")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One durable step, sleep or wait of a job (docs/howto/durable-steps.md), in the
+    order its handler reached them (seq from 0)."""
+
+    seq: int
+    name: str
+    kind: str  # "step", "sleep" or "event" (a wait_for)
+    result: Any  # a step's return value; a wait's {"payload": ...} or {"timed_out": true}
+    until: dt.datetime | None  # a sleep's wake time, a wait's deadline
+    started_at: dt.datetime
+    finished_at: dt.datetime | None  # None while the job sleeps or waits on it
+    size: int | None  # the stored result's bytes as JSON
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Step:
+        return cls(**row)
+
+    @property
+    def state(self) -> str:
+        """done; sleeping or waiting (for an event) while the job is suspended on it."""
+        if self.finished_at is not None:
+            return "done"
+        return "sleeping" if self.kind == "sleep" else "waiting"
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from its start to its end; None while unfinished."""
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
 
 
 @dataclass(frozen=True, slots=True)

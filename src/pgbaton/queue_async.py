@@ -1,71 +1,72 @@
-"""The data plane of pgbaton: enqueue, claim, lease and fence (async source).
+"""The data plane's face: what users call on a queue (async source).
 
-Every method is one statement of sql/jobs.sql, queues.sql, leader.sql or server.sql.
-Claims run on autocommit connections, so each claim is its own short transaction:
-claim, commit, then work.
-
-Over 400 lines on purpose: the Queue is the data plane's whole API, one short method per
-named statement, and queue.py is generated from it; checks and encoding live in
-_checks.py and _encoding.py.
+Enqueue (one job, once, many, by COPY, graphs and batches), reads, operator actions,
+flow settings, durable events and schedules, each one statement of sql/*.sql run on
+the pool of the database handle (_database_async.py) the queue is. The worker's and the
+leader's statements are the engine's (engine_async.py, `queue.engine`, on the same
+pool); the build-your-own-worker protocol keeps its names here (claim, heartbeat,
+complete, fail, release, snooze, the *_many calls, reap, archive, vacuum, ...), each a
+delegate to the engine. What builds parameters or reads rows without I/O lives in
+_queue_base.py and _checks.py, once for both twins; queue.py is generated from this.
 """
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # sync: skip (its twin sleeps with time.sleep)
 import datetime as dt
-import math
+import json
+import logging
 import time
 import uuid
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import psycopg
-import psycopg_pool
-from psycopg.rows import DictRow, dict_row, tuple_row
-from psycopg.types.json import JsonbLoader
+from psycopg.rows import dict_row
 
 from . import _database_async as database
-from . import _sql, dependencies, history
+from . import dependencies
 from ._checks import (
     JOB_DEFAULTS,
     CopyRow,
-    as_claim_list,
     check_filter,
     check_int4,
     check_job_id,
-    check_lease,
+    check_key,
     check_limit,
     check_name,
-    check_partition_width,
-    check_queues,
-    check_seconds,
     check_status,
-    check_tasks,
-    check_tokens,
     copy_job_rows,
     copy_values,
     encode_job_rows,
-    held_params,
     job_params,
     many_job_params,
-    retry_delay,
 )
-from ._decoding import JsonbBinaryLoader, claim_reader
-from ._encoding import error_json, to_json
-from ._sql import notify_channel
-from ._transient import is_connection_loss, is_prepared_statement_mixup
-from .actions import Action, action_named
+from ._encoding import to_json
+from ._engine_base import Row
+from ._queue_base import (
+    action_params,
+    event_params,
+    filter_params,
+    matching_params,
+    schedule_now,
+    unique_enqueued,
+    unique_refused,
+)
+from .actions import action_named
 from .claim_marks import ClaimMarks
+from .cron import DEFAULT_CATCH_UP_LIMIT, Cron
 from .dependencies import Batch, BatchInfo, Dependency
-from .dsn import merge_options, redact_dsn, resolve_dsn
+from .encryption import Keyring, ResealCounts, reseal
+from .engine_async import HISTORY_LOCK_WAIT_SECONDS, AsyncEngine
 from .enqueue_hook import enqueue_span, meta_json
 from .errors import (
-    ConfigurationError,
+    ArgsRejected,
     ConnectionFailed,
     IdempotencyKeyTaken,
     InvalidArgument,
+    JobNotFound,
+    ScheduleChanged,
     UniqueJobUnseen,
 )
 from .events import Event, Events
@@ -78,84 +79,33 @@ from .flow import (
     parse_rate,
 )
 from .integrations.connections import AsyncCallerConnection, psycopg_connection
-from .job_filter import JobFilter, check_upto
-from .models import Claim, Enqueued, HistoryPartition, Job, QueueStats
+from .job_filter import JobFilter
+from .models import Claim, Enqueued, HistoryPartition, Job, JobLog, QueueStats, Step
+from .outcomes import Snooze
+from .schedules import (
+    CODE_SCHEDULE_GRACE,
+    Schedule,
+    check_changes,
+    check_revision,
+    check_schedule_name,
+    definition,
+    describe,
+    job_for_tick,
+    schedule_event,
+    stored,
+)
 from .unique import Unique, check_unique
 
-Row = dict[str, Any]
-
-# How often a queue re-reads whether any queue is paused or limited (one tiny
-# statement): a setting made elsewhere reaches this queue's claims within this time,
-# and until then its jobs are only held back (docs/flow_control.md).
-FLOW_RECHECK_SECONDS = 1.0
 # How long a COPY batch whose connection was lost waits for the backend that ran it to
 # end, so that whether it was written can be told (_copy_outcome).
 COPY_OUTCOME_WAIT_SECONDS = 5.0
 # How many times a unique enqueue runs again when the job that blocked it was committed
 # after its statement's snapshot (_insert_unique): each run needs a new such job.
 UNIQUE_ATTEMPTS = 5
-Pool = psycopg_pool.AsyncConnectionPool[database.PooledConnection]
+schedule_logger = logging.getLogger("pgbaton.schedules")
 
 
-def _claim_params(
-    worker_id: str, limit: int, lease: float, queues: Iterable[str] | None,
-    tasks: Iterable[str] | None, *, finished: Iterable[uuid.UUID] | None = None,
-    starting: int | None = None, after: str | None = None,
-) -> dict[str, Any]:
-    limit = check_limit(limit)
-    return {
-        "worker_id": check_name("worker_id", worker_id),
-        "limit": limit,
-        "lease": check_lease(lease),
-        "queues": check_queues(queues),
-        "tasks": check_tasks(tasks),
-        "finished": check_tokens("finished", finished),
-        "starting": limit if starting is None else min(
-            check_int4("starting", starting, minimum=0), limit),
-        "after": after,  # job_claim_many's marks (claim_marks.py)
-    }
-
-
-def _claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBatch:
-    """A claim's rows: the claimed jobs, and (flow claims) a row with no job that says
-    when a full rate-limited queue's next start is due."""
-    if not rows:
-        return ClaimBatch([])
-    read_claim = claim_reader(columns)
-    id_at = columns.index("id")
-    claims = [read_claim(row) for row in rows if row[id_at] is not None]
-    slots = [row[columns.index("next_slot_at")] for row in rows if row[id_at] is None]
-    if not slots:
-        return ClaimBatch(claims)
-    due = (slots[0] - dt.datetime.now(dt.UTC)).total_seconds()
-    return ClaimBatch(claims, max(due, 0.0))
-
-
-def _accepted(rows: list[tuple[Any, ...]], count: int) -> list[bool]:
-    """For each input position of a *_many statement read as tuples (the position
-    first), whether its row was changed."""
-    positions = {row[0] for row in rows}
-    return [position in positions for position in range(1, count + 1)]
-
-
-def _unique_refused(error: psycopg.errors.UniqueViolation, which: str) -> Exception:
-    """An operator action that would bring back a unique job whose key a newer job holds
-    (docs/howto/unique.md): refused in the database, said plainly; else the error."""
-    if error.diag.constraint_name != "jobs_unique_key":
-        return error
-    return InvalidArgument(
-        f"{which} cannot be sent back: a newer job of its unique key blocks it (the "
-        "database holds one per key); nothing was changed"
-    )
-
-
-def _changed(rows: list[Row], count: int) -> list[bool]:
-    """For each input position of a *_many statement, whether its row was changed."""
-    positions = {row["position"] for row in rows}
-    return [position in positions for position in range(1, count + 1)]
-
-
-class AsyncQueue:
+class AsyncQueue(database.AsyncDatabase):
     """A handle on one pgbaton schema in one database.
 
     Connections come from a small pool, opened on first use after checking that the
@@ -174,10 +124,9 @@ class AsyncQueue:
     # "Large batches by COPY"): below it the one INSERT statement is as fast.
     copy_min_jobs: int = 500
 
-    # How long drop_history waits for a lock on jobs_history (a reader's, a mover's)
-    # before it leaves a partition for its next call: a DROP queued behind a long reader
-    # would hold up every reader queued behind it.
-    history_lock_wait: float = 0.5
+    # How long drop_history waits for a lock on jobs_history before it leaves a
+    # partition for its next call (engine.drop_history's lock_wait).
+    history_lock_wait: float = HISTORY_LOCK_WAIT_SECONDS
 
     def __init__(
         self,
@@ -190,207 +139,41 @@ class AsyncQueue:
         prepare: bool | None = None,
         connect_timeout: float = database.CONNECT_TIMEOUT_SECONDS,
     ) -> None:
-        self.dsn = resolve_dsn(dsn)
-        # How long a call waits for a connection of the pool (and the pool's first one
-        # as it opens) before ConnectionFailed: during an outage, each call waits this.
-        self.connect_timeout = check_seconds("connect_timeout", connect_timeout,
-                                             positive=True)
+        super().__init__(dsn, schema=schema, pool_size=pool_size, prepare=prepare,
+                         connect_timeout=connect_timeout)
         # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
         # connection whose transaction the job joins (a framework's current one), or
         # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
         self.connection_provider = connection_provider
-        # Whether the pool's connections let psycopg prepare statements on the server.
-        # Through a transaction pool (PgBouncer before 1.21, or without
-        # max_prepared_statements) a statement prepared on one server connection is
-        # unknown on the next, or another client's statement of the same name: None
-        # decides at open by the probe of pooling.py, False prepares nothing, True
-        # prepares without asking (PgBouncer 1.21+ with max_prepared_statements).
-        self.prepare = prepare
-        # Why the probe took the DSN for a transaction pool, or None: read at open.
-        self.transaction_pool: str | None = None
         # job.enqueued and job.cancelled go to these subscribers (an App's queues share
         # the App's Events); emitted when the statement ran, so with conn= the caller's
         # transaction may still roll the job back.
         self.events = events if events is not None else Events()
-        self.schema = _sql.check_schema_name(schema)
-        self.channel = notify_channel(schema)
-        self._sql = _sql.queries(schema)
-        self._pool_size = pool_size
-        self._pool: Pool | None = None
-        self._opening = asyncio.Lock()
-        self._schema_checked = False
-        self._flow_controlled = False
-        self._flow_read_at = -math.inf
-        self._claim_marks = ClaimMarks()
-        # The queues with a concurrency or rate limit, as last read: their completions
-        # wake the fleet's workers, who may be waiting for the room they free.
-        self.limited_queues: frozenset[str] = frozenset()
-        self.rated_queues: frozenset[str] = frozenset()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {redact_dsn(self.dsn)} schema={self.schema!r}>"
+        # The worker's and the leader's statements, over this queue's pool: the worker
+        # and the maintenance leader call it; the queue's names for them delegate.
+        self.engine = AsyncEngine(self)
 
     async def __aenter__(self) -> AsyncQueue:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    @property
+    def limited_queues(self) -> frozenset[str]:
+        """The queues with a concurrency limit, as the engine last read them."""
+        return self.engine.limited_queues
 
-    async def open(self) -> None:
-        """Check the server and schema and open the pool now, rather than on first use."""
-        if self._pool is None:
-            await self._open_pool()
+    @property
+    def rated_queues(self) -> frozenset[str]:
+        """The queues with a rate limit, as the engine last read them."""
+        return self.engine.rated_queues
 
-    async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+    @property
+    def _claim_marks(self) -> ClaimMarks:
+        # The engine's; settable here as the tests of the claim's marks do.
+        return self.engine._claim_marks
 
-    # -- connections ----------------------------------------------------------------
-
-    async def connect(self, **kwargs: Any) -> psycopg.AsyncConnection[DictRow]:
-        """A new connection of this queue's own (for LISTEN, or a caller's transaction)."""
-        return await database.connect(self.dsn, **kwargs)
-
-    async def _open_pool(self) -> Pool:
-        async with self._opening:
-            if self._pool is not None:  # opened by a caller this one waited for
-                return self._pool
-            conn = await database.connect(self.dsn, autocommit=True)
-            try:
-                await database.check_schema(conn, self.schema)
-                self._schema_checked = True
-                if self.prepare is None:
-                    self.transaction_pool = await database.transaction_pool_evidence(
-                        conn, self.dsn, trust_backend_key=True
-                    )
-                    self.prepare = self.transaction_pool is None
-            finally:
-                await conn.close()
-            pool = Pool(
-                self.dsn,
-                connection_class=database.PooledConnection,
-                min_size=1,
-                max_size=self._pool_size,
-                kwargs={
-                    "autocommit": True,
-                    "row_factory": dict_row,
-                    **self._statement_kwargs(),
-                },
-                open=False,
-            )
-            await pool.open(wait=True, timeout=self.connect_timeout)
-            self._pool = pool
-            return pool
-
-    def _statement_kwargs(self) -> dict[str, Any]:
-        if not self.prepare:
-            return {"prepare_threshold": None}
-        # Every statement here has one good plan whatever its values
-        # (tests/integration/test_claim_index.py checks the claim's), so plan each once
-        # per connection instead of at every call.
-        return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
-
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[database.PooledConnection]:
-        pool = self._pool or await self._open_pool()
-        try:
-            # getconn and putconn rather than pool.connection(), which also enters the
-            # connection's own block: a commit on exit that these autocommit connections
-            # never need, and with it a lock and a wait (3.5 to 5.4 of the 9 to 14
-            # microseconds a checkout took alone; benchmarks/results/
-            # enqueue-server-cost.md). putconn does what matters of it: a connection
-            # left mid-statement or broken is replaced, one left in a transaction is
-            # rolled back (no statement of pgbaton's leaves one).
-            conn = await pool.getconn(timeout=self.connect_timeout)
-            try:
-                yield conn
-            finally:
-                await pool.putconn(conn)
-        except psycopg.Error as error:
-            if self.prepare and is_prepared_statement_mixup(error):
-                error.add_note(
-                    f"{redact_dsn(self.dsn)} seems to go through a transaction pool, "
-                    "where a prepared statement stays on one server connection: give "
-                    "the queue prepare=False (docs/howto/pgbouncer.md)"
-                )
-            if not isinstance(error, psycopg.OperationalError) or not is_connection_loss(
-                error
-            ):
-                raise
-            # The server may have restarted: drop every dead idle connection now, so the
-            # caller's retry gets a fresh one instead of the next corpse.
-            await pool.check()
-            raise ConnectionFailed(
-                f"lost the connection to PostgreSQL at {redact_dsn(self.dsn)}: {error}"
-            ) from error
-
-    async def _fetch(
-        self,
-        name: str,
-        params: Mapping[str, Any] | None = None,
-        conn: AsyncCallerConnection | None = None,
-    ) -> list[Row]:
-        query = self._sql[name]
-        if conn is not None:
-            conn = await psycopg_connection(conn, psycopg.AsyncConnection)
-            if not isinstance(conn, psycopg.AsyncConnection):
-                raise InvalidArgument(
-                    f"conn must be a psycopg.AsyncConnection, got {type(conn).__name__}"
-                )
-            if not self._schema_checked:
-                await database.check_schema(conn, self.schema)
-                self._schema_checked = True
-            async with conn.cursor(row_factory=dict_row) as cursor:
-                # A caller's connection may load jsonb its own way (Django's returns
-                # text); pgbaton's rows want it parsed, as on its own connections.
-                cursor.adapters.register_loader("jsonb", JsonbLoader)
-                await cursor.execute(query, params)
-                return await cursor.fetchall() if cursor.description else []
-        async with self._connection() as pooled:
-            cursor = pooled.statements()
-            await cursor.execute(query, params)
-            return await cursor.fetchall() if cursor.description else []
-
-    async def _fetch_tuples(
-        self, name: str, params: Mapping[str, Any]
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """A statement of the worker's hot path: its column names and its rows as
-        tuples, in binary (no dict per row, no text to parse), jsonb decoded by
-        JsonbBinaryLoader."""
-        async with (
-            self._connection() as pooled,
-            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
-        ):
-            cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
-            await cursor.execute(self._sql[name], params)
-            if cursor.description is None:
-                return [], []
-            return [column.name for column in cursor.description], await cursor.fetchall()
-
-    async def _changed_positions(
-        self, name: str, params: Mapping[str, Any], count: int
-    ) -> list[bool]:
-        """Run a *_many statement; for each input position, whether its row changed."""
-        _, rows = await self._fetch_tuples(name, params)
-        return _accepted(rows, count)
-
-    # -- schema ---------------------------------------------------------------------
-
-    async def migrate(self) -> list[int]:
-        """Bring the schema up to date; returns the versions applied (none if current)."""
-        conn = await database.connect(self.dsn, autocommit=True)
-        try:
-            return await database.migrate(conn, self.schema)
-        finally:
-            await conn.close()
-
-    async def schema_version(self) -> int:
-        conn = await database.connect(self.dsn, autocommit=True)
-        try:
-            return await database.schema_version(conn, self.schema)
-        finally:
-            await conn.close()
+    @_claim_marks.setter
+    def _claim_marks(self, marks: ClaimMarks) -> None:
+        self.engine._claim_marks = marks
 
     # -- producing ------------------------------------------------------------------
 
@@ -492,9 +275,7 @@ class AsyncQueue:
         for _ in range(UNIQUE_ATTEMPTS):
             rows = await self._fetch("job_insert_unique", params, conn)
             if rows:
-                row = rows[0]
-                enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
-                                    outcome=row["outcome"], status=row["status"])
+                enqueued = unique_enqueued(rows[0])
                 self._unique_enqueued(enqueued, params["task"], params["queue"])
                 return enqueued
         raise UniqueJobUnseen(
@@ -715,9 +496,7 @@ class AsyncQueue:
             if not rows:
                 done.append(await self._insert_unique(job, conn))
                 continue
-            row = rows[0]
-            enqueued = Enqueued(id=int(row["id"]), created=row["outcome"] == "created",
-                                outcome=row["outcome"], status=row["status"])
+            enqueued = unique_enqueued(rows[0])
             self._unique_enqueued(enqueued, job["task"], job["queue"])
             done.append(enqueued)
         return done
@@ -886,27 +665,6 @@ class AsyncQueue:
                 await self._fetch("job_parents_replay", replay, held)
             return ids
 
-    @asynccontextmanager
-    async def _transaction(
-        self, conn: AsyncCallerConnection | None
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A transaction on the caller's connection (a savepoint inside theirs) or on a
-        pooled one."""
-        if conn is not None:
-            theirs = await psycopg_connection(conn, psycopg.AsyncConnection)
-            if not theirs.autocommit and (
-                theirs.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            ):
-                # psycopg's transaction() on an idle connection would BEGIN and COMMIT
-                # on its own; one statement first opens the caller's transaction, and the
-                # block below becomes a savepoint in it, committed by the caller.
-                await self._fetch("server_ping", None, theirs)
-            async with theirs.transaction():
-                yield theirs
-            return
-        async with self._connection() as pooled, pooled.transaction():
-            yield pooled
-
     async def _ids_by_task_idempotency_key(
         self,
         tasks: Sequence[str],
@@ -918,7 +676,7 @@ class AsyncQueue:
         )
         return {(row["task"], row["idempotency_key"]): int(row["id"]) for row in rows}
 
-    # -- consuming ------------------------------------------------------------------
+    # -- the worker's protocol: delegates to the engine ------------------------------
 
     async def claim(
         self,
@@ -933,7 +691,7 @@ class AsyncQueue:
         `tasks`, only jobs of those tasks (the ones this worker can run) are claimed;
         jobs of other tasks stay pending, their attempts untouched. Paused queues give
         none, limited queues no more than their limits allow (docs/flow_control.md)."""
-        return (await self.claim_batch(
+        return (await self.engine.claim_batch(
             worker_id, limit=limit, lease=lease, queues=queues, tasks=tasks
         )).claims
 
@@ -949,295 +707,239 @@ class AsyncQueue:
         starting: int | None = None,
     ) -> ClaimBatch:
         """As claim(), and when a rate-limited queue is full, in how many seconds its
-        next start is due. `finished`: the claim tokens of this worker's jobs whose
-        handlers have ended and whose outcomes are not written yet; they no longer count
-        against their queues' concurrency limits (a worker's own bookkeeping: a token of
-        a job still running would let the limit be passed). `starting`: how many of the
-        claimed jobs start at once, the first in claim order (None: all); the others are
-        claimed ahead, `Claim.started` False, and start_many() starts them."""
-        params = _claim_params(worker_id, limit, lease, queues, tasks, finished=finished,
-                               starting=starting)
-        statement = "job_claim_flow" if await self._flow_is_on() else "job_claim_many"
-        plain = statement == "job_claim_many"
-        for _ in range(3):
-            if plain:
-                params["after"] = self._claim_marks.after(params["queues"], params["tasks"])
-            began = time.monotonic()
-            try:
-                columns, rows = await self._fetch_tuples(statement, params)
-            except psycopg.errors.UniqueViolation:
-                # jobs_one_running_per_key caught two claims racing for one key whose
-                # jobs committed out of id order; the other claim won, try again.
-                continue
-            batch = _claim_batch(columns, rows)
-            if plain:
-                self._claim_marks.claimed(
-                    params["queues"], params["tasks"], after=params["after"],
-                    limit=params["limit"], claims=batch.claims,
-                    seconds=time.monotonic() - began)
-            return batch
-        return ClaimBatch([])
-
-    async def _flow_is_on(self) -> bool:
-        """Whether any queue is paused or limited, re-read at most every
-        FLOW_RECHECK_SECONDS. While it is off the plain claim runs, unchanged but for
-        leaving such queues alone, so a setting made meanwhile is never overstepped."""
-        now = time.monotonic()
-        if now - self._flow_read_at >= FLOW_RECHECK_SECONDS:
-            (row,) = await self._fetch("queue_flow_state")
-            self._flow_controlled = row["controlled"] > 0
-            self.limited_queues = frozenset(row["limited"])
-            self.rated_queues = frozenset(row["rated"])
-            self._flow_read_at = now
-        return self._flow_controlled
+        next start is due; `finished` and `starting` as engine.claim_batch."""
+        return await self.engine.claim_batch(
+            worker_id, limit=limit, lease=lease, queues=queues, tasks=tasks,
+            finished=finished, starting=starting)
 
     async def serves_a_rate(self, queues: Iterable[str] | None) -> bool:
-        """Whether a claim of these queues (None: every queue) may take jobs of a
-        rate-limited queue. The flow claim logs a start for each job it claims, so such
-        jobs must start at once: claimed ahead, they would start later, in a burst that
-        passes the rate (docs/flow_control.md)."""
-        await self._flow_is_on()
-        if queues is None:
-            return bool(self.rated_queues)
-        return not self.rated_queues.isdisjoint(queues)
+        """Whether a claim of these queues may take jobs of a rate-limited queue
+        (engine.serves_a_rate)."""
+        return await self.engine.serves_a_rate(queues)
 
     async def notify_freed(
         self, claims: Sequence[Claim], *, taken: Sequence[Claim] = ()
     ) -> None:
-        """Tell the fleet that these claims' jobs have finished, for those of limited
-        queues: room for one more in each, perhaps on another worker that sleeps until
-        it hears so (the worker calls this after writing outcomes). `taken`: claims this
-        worker made with that room (claim_batch's `finished`); a queue whose room they
-        all took wakes nobody."""
-        if not self.limited_queues:
-            return
-        room = Counter(c.queue for c in claims if c.queue in self.limited_queues)
-        room.subtract(c.queue for c in taken)
-        freed = sorted(queue for queue, count in room.items() if count > 0)
-        if freed:
-            await self._fetch("queue_notify_freed", {"channel": self.channel, "queues": freed})
+        """Tell the fleet that these claims' jobs of limited queues have finished
+        (engine.notify_freed)."""
+        await self.engine.notify_freed(claims, taken=taken)
 
     async def heartbeat(
         self, claim_or_claims: Claim | Iterable[Claim], *, lease: float = 30.0
     ) -> list[bool]:
         """Extend the leases of claims still held, in one statement. Returns, for each
         claim in order, whether it is still held; held claims get their new lease_until."""
-        claims = as_claim_list(claim_or_claims)
-        if not claims:
-            return []
-        params = {**held_params(claims), "lease": check_lease(lease)}
-        rows = await self._fetch("job_heartbeat_many", params)
-        extended = {row["position"]: row["lease_until"] for row in rows}
-        for position, claim in enumerate(claims, start=1):
-            if position in extended:
-                claim.lease_until = extended[position]
-        return _changed(rows, len(claims))
+        return await self.engine.heartbeat(claim_or_claims, lease=lease)
 
     async def claims_lost(self, claims: Iterable[Claim]) -> list[tuple[str | None, str | None]]:
-        """For claims no longer held, in order: the job's status now (None when it is
-        gone) and the worker that holds it, if another one does; what a worker says of
-        a lost claim."""
-        claims = list(claims)
-        if not claims:
-            return []
-        rows = await self._fetch("job_claims_lost", held_params(claims))
-        return [(row["status"], None if row["same_token"] else row["worker_id"])
-                for row in rows]
+        """For claims no longer held, in order: the job's status now and the worker that
+        holds it, if another one does (engine.claims_lost)."""
+        return await self.engine.claims_lost(claims)
 
     async def start_many(self, claims: Iterable[Claim], *, lease: float = 30.0) -> list[bool]:
-        """Record the start of jobs claimed ahead (claim_batch's `starting`), in one
-        statement, and renew their leases. Returns, for each claim in order, whether it
-        is still held: a job cancelled or taken by another worker since its claim must
-        not start (release() it)."""
-        claims = list(claims)
-        if not claims:
-            return []
-        params = {**held_params(claims), "lease": check_lease(lease)}
-        rows = await self._fetch("job_start_many", params)
-        started = {row["position"]: row["lease_until"] for row in rows}
-        for position, claim in enumerate(claims, start=1):
-            if position in started:
-                claim.lease_until = started[position]
-                claim.started = True
-        return _changed(rows, len(claims))
+        """Record the start of jobs claimed ahead; for each, whether it is still held
+        (engine.start_many)."""
+        return await self.engine.start_many(claims, lease=lease)
+
+    async def write_progress(
+        self, reports: Iterable[tuple[Claim, float | None, str | None]]
+    ) -> list[bool]:
+        """Write the progress of running jobs, fenced by their claims
+        (engine.write_progress)."""
+        return await self.engine.write_progress(reports)
+
+    async def write_logs(
+        self,
+        runs: Iterable[tuple[Claim, list[dict[str, Any]], int]],
+        *,
+        ended: Sequence[str | None] | None = None,
+    ) -> list[bool]:
+        """Keep what runs logged, fenced by their claims (engine.write_logs)."""
+        return await self.engine.write_logs(runs, ended=ended)
+
+    async def logs(self, job_id: int) -> list[JobLog]:
+        """What the job's handler logged, one JobLog per run that logged (a snooze, a
+        durable sleep or a release runs an attempt again), in the order they ran
+        (docs/howto/progress-and-logs.md); kept while the job is, in jobs or
+        jobs_history."""
+        rows = await self._fetch("job_logs_get", {"id": check_job_id(job_id)})
+        return [JobLog.from_row(row) for row in rows]
 
     async def complete(self, claim: Claim, result: Any = None) -> bool:
         """Mark the job done. False: this claim was lost and nothing was changed."""
-        return (await self.complete_many([(claim, result)]))[0]
+        return (await self.engine.complete_many([(claim, result)]))[0]
 
     async def complete_many(self, outcomes: Iterable[tuple[Claim, Any]]) -> list[bool]:
         """Complete many jobs in one statement, each row fenced by its own token."""
-        outcomes = list(outcomes)
-        if not outcomes:
-            return []
-        params = self._complete_params(outcomes)
-        return await self._changed_positions("job_complete_many", params, len(outcomes))
-
-    @staticmethod
-    def _complete_params(outcomes: Sequence[tuple[Claim, Any]]) -> dict[str, Any]:
-        return {
-            **held_params([claim for claim, _ in outcomes]),
-            "results": [
-                None if result is None else to_json(result, f"result of job {claim.id}")
-                for claim, result in outcomes
-            ],
-        }
+        return await self.engine.complete_many(outcomes)
 
     async def fail(
         self, claim: Claim, error: BaseException | str, *, retry_in: float | None = None
     ) -> bool:
         """Record a failed attempt: retry later, or `failed` after the last attempt.
         False: this claim was lost and nothing was changed."""
-        return (await self.fail_many([(claim, error, retry_in)]))[0]
+        return (await self.engine.fail_many([(claim, error, retry_in)]))[0]
 
     async def fail_many(
         self, failures: Iterable[tuple[Claim, BaseException | str, float | None]]
     ) -> list[bool]:
         """Fail many jobs in one statement, each row fenced by its own token."""
-        failures = list(failures)
-        if not failures:
-            return []
-        claims = [claim for claim, _, _ in failures]
-        params = {
-            **held_params(claims),
-            "errors": [error_json(error) for _, error, _ in failures],
-            "retry_in": [retry_delay(c.attempts, retry_in) for c, _, retry_in in failures],
-        }
-        return await self._changed_positions("job_fail_many", params, len(claims))
+        return await self.engine.fail_many(failures)
 
     async def release(self, claim: Claim) -> bool:
         """Hand a job back to pending without spending an attempt (a worker shutting
         down). False: this claim was lost. A job cancelled under this claim is let go
         (its key no longer waits for the lease): release a lost claim once its handler
         has stopped."""
-        return (await self.release_many([claim]))[0]
+        return (await self.engine.release_many([claim]))[0]
 
     async def release_many(self, claims: Iterable[Claim]) -> list[bool]:
         """Release many jobs in one statement, each row fenced by its own token."""
-        claims = list(claims)
-        if not claims:
-            return []
-        return await self._changed_positions("job_release_many", held_params(claims),
-                                             len(claims))
+        return await self.engine.release_many(claims)
 
-    # -- maintenance and inspection -------------------------------------------------
+    async def snooze(
+        self, claim: Claim, snooze: Snooze, *, max_snoozes: int | None = None
+    ) -> str | None:
+        """Hand a job back to pending until the Snooze's time without spending an
+        attempt, counting a snooze; past max_snoozes (None: no limit) it ends `failed`.
+        Returns the job's status after ('pending' or 'failed'), None when this claim was
+        lost and nothing was changed."""
+        return (await self.engine.snooze_many([(claim, snooze, max_snoozes)]))[0]
+
+    async def snooze_many(
+        self, snoozes: Iterable[tuple[Claim, Snooze, int | None]]
+    ) -> list[str | None]:
+        """snooze() for many jobs in one statement, each row fenced by its own token."""
+        return await self.engine.snooze_many(snoozes)
+
+    async def end_many(
+        self, ends: Iterable[tuple[Claim, str, BaseException | str]]
+    ) -> list[str | None]:
+        """End running jobs at once as `failed` or `cancelled`, whatever attempts they
+        have left (engine.end_many)."""
+        return await self.engine.end_many(ends)
+
+    # -- durable steps and events (docs/howto/durable-steps.md) -----------------------
+
+    async def steps(self, job_id: int) -> list[Step]:
+        """The job's durable steps, sleeps and waits, in the order its handler reached
+        them (an archived job has none: they leave with it)."""
+        rows = await self._fetch("job_steps_get", {"id": check_job_id(job_id)})
+        return [Step.from_row(row) for row in rows]
+
+    async def step_store(
+        self, claim: Claim, seq: int, name: str, result_json: str, seconds: float
+    ) -> bool:
+        """Store a step's result, fenced by the claim (engine.step_store)."""
+        return await self.engine.step_store(claim, seq, name, result_json, seconds)
+
+    async def step_suspend(
+        self, claim: Claim, seq: int, name: str, kind: str, *, until: dt.datetime | None,
+        seconds: float, deadline: bool, event: str | None,
+    ) -> dt.datetime | None:
+        """Suspend a running job until its wake time (engine.step_suspend)."""
+        return await self.engine.step_suspend(claim, seq, name, kind, until=until,
+                                              seconds=seconds, deadline=deadline,
+                                              event=event)
+
+    async def step_event_take(self, claim: Claim, seq: int, event: str) -> tuple[bool, Any]:
+        """Take the oldest event sent to the job as its wait's result
+        (engine.step_event_take)."""
+        return await self.engine.step_event_take(claim, seq, event)
+
+    async def step_pass(self, claim: Claim, seq: int, result_json: str | None) -> bool:
+        """Finish a sleep or a wait whose time has come (engine.step_pass)."""
+        return await self.engine.step_pass(claim, seq, result_json)
+
+    async def send_event(self, job_id: int, event: str, payload: Any = None) -> bool:
+        """Send event `event` to a job: kept for its ctx.wait_for(event), and a job
+        suspended on that wait is due now. True: it woke the job. JobNotFound for an
+        unknown job; InvalidArgument for a finished one."""
+        params = {"id": check_job_id(job_id), **event_params(event, payload)}
+        rows = await self._event_call("job_event_send", params)
+        return bool(rows[0]["woken"])
+
+    async def send_event_by_key(self, key: str, event: str, payload: Any = None) -> list[int]:
+        """send_event() to every unfinished job of `key`; returns their ids.
+        JobNotFound when the key has none."""
+        if key is None:
+            raise InvalidArgument("send_event_by_key: key must be a non-empty string, got None")
+        params = {"key": check_key("key", key), **event_params(event, payload)}
+        rows = await self._event_call("job_event_send_by_key", params)
+        return list(rows[0]["ids"])
+
+    async def _event_call(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        try:
+            return await self._fetch(name, params)
+        except psycopg.errors.NoDataFound as error:
+            raise JobNotFound(error.diag.message_primary or str(error)) from None
+        except psycopg.errors.InvalidParameterValue as error:
+            raise InvalidArgument(error.diag.message_primary or str(error)) from None
+
+    # -- maintenance (the leader's, delegates to the engine) and inspection -----------
 
     async def reap(self) -> int:
         """Expired leases go back to pending, or to failed with no attempts left."""
-        return len(await self._fetch("job_reap"))
+        return await self.engine.reap()
+
+    async def reseal_args(self, ring: Keyring, *, batch_size: int = 500) -> ResealCounts:
+        """Seal again with the first key of `ring` the args of every job still to run
+        (pending, scheduled or waiting) that another key sealed, a page of batch_size
+        at a time, each page one statement (`pgbaton rotate-keys`). A job claimed or
+        changed meanwhile is left alone and counted; one whose key `ring` lacks is
+        counted with its id, never changed. docs/howto/encryption.md."""
+        check_int4("batch_size", batch_size, minimum=1)
+        counts = ResealCounts()
+        after = 0
+        while True:
+            page = await self._fetch("job_sealed_page", {
+                "after": after, "kid": ring.current, "limit": batch_size})
+            if not page:
+                return counts
+            after = page[-1]["id"]
+            ids, old, new = [], [], []
+            for row in page:
+                try:
+                    sealed = reseal(row["task"], row["args"], ring)
+                except ArgsRejected:
+                    counts.unopenable.append(row["id"])
+                    continue
+                if sealed is not None:
+                    ids.append(row["id"])
+                    old.append(json.dumps(row["args"]))
+                    new.append(json.dumps(sealed))
+            if ids:
+                accepted = await self._changed_positions(
+                    "job_args_reseal_many", {"ids": ids, "old": old, "new": new}, len(ids))
+                counts.resealed += sum(accepted)
+                counts.changed_meanwhile += len(ids) - sum(accepted)
 
     async def prune(self, *, retention: float, limit: int = 10_000) -> int:
         """Delete done, failed and cancelled jobs that finished more than `retention`
         seconds ago, at most `limit` of them; returns how many went."""
-        params = {"retention": check_seconds("retention", retention), "limit": check_limit(limit)}
-        return len(await self._fetch("job_prune", params))
+        return await self.engine.prune(retention=retention, limit=limit)
 
     # The history retention mode (docs/retention.md): done jobs move to jobs_history,
     # partitioned by the time they finished, and leave it a partition at a time.
 
     async def archive(self, *, after: float, partition: float, limit: int = 10_000) -> int:
-        """Move done jobs without an explicit idempotency key that finished more than
-        `after` seconds ago from jobs to jobs_history, at most `limit` of them, oldest
-        first; creates the partitions (`partition` seconds wide, from midnight UTC) they
-        need. Returns how many moved. Jobs locked by someone else are skipped, never
-        waited for; two callers at once never move a job twice."""
-        params = {
-            "after": check_seconds("after", after),
-            "width": check_partition_width("partition", partition),
-            "limit": check_limit(limit),
-        }
-        async with self._transaction(None) as conn:
-            await self._fetch("history_lock_share", None, conn)
-            (ready,) = await self._fetch("history_prepare", params, conn)
-            bins = ready["bins"]
-            if not bins:
-                return 0
-            width = dt.timedelta(seconds=params["width"])
-            overlap = {"bins": bins, "width": params["width"]}
-            covering = await self._fetch("history_partitions_overlapping", overlap, conn)
-            if history.gaps(bins, width, [(p["from_at"], p["to_at"]) for p in covering]):
-                await self._fetch("history_lock_create", None, conn)
-                # A fresh look, under the lock: another mover may have created them.
-                covering = await self._fetch("history_partitions_overlapping", overlap, conn)
-                covered = [(p["from_at"], p["to_at"]) for p in covering]
-                for from_at, to_at in history.gaps(bins, width, covered):
-                    name = history.partition_name(from_at, to_at)
-                    for ddl in ("history_partition_create_ddl", "history_partition_attach_ddl"):
-                        statement = history.partition_ddl(self._sql[ddl], name, from_at, to_at)
-                        await conn.execute(statement, prepare=False)
-            (row,) = await self._fetch("job_archive", {**params, "bins": bins}, conn)
-            return int(row["moved"])
+        """Move done jobs that finished more than `after` seconds ago to jobs_history,
+        in partitions `partition` seconds wide (docs/retention.md); returns how many
+        moved (engine.archive)."""
+        return await self.engine.archive(after=after, partition=partition, limit=limit)
 
     async def drop_history(self, *, retention: float) -> int:
         """Drop the partitions of jobs_history whose whole range ended more than
         `retention` seconds ago; returns how many went. A partition whose lock is not
-        granted within history_lock_wait seconds (a reader holds the table) is left for
-        the next call, as are the later ones."""
-        params = {
-            "retention": check_seconds("retention", retention),
-            "lock_wait": check_seconds("history_lock_wait", self.history_lock_wait,
-                                       positive=True),
-        }
-        # A first look without the lock, which holds up every mover while it is waited
-        # for: most runs find nothing to drop.
-        if not await self._fetch("history_partitions_expired", params):
-            return 0
-        dropped = 0
-        try:
-            async with self._transaction(None) as conn:
-                await self._fetch("history_lock_wait_set", params, conn)
-                await self._fetch("history_lock_take", None, conn)
-                for row in await self._fetch("history_partitions_expired", params, conn):
-                    statement = history.partition_ddl(
-                        self._sql["history_partition_drop_ddl"], row["name"]
-                    )
-                    try:
-                        async with conn.transaction():
-                            await conn.execute(statement, prepare=False)
-                    except psycopg.errors.LockNotAvailable:
-                        break  # this one and the later ones wait for the next call
-                    dropped += 1
-        except psycopg.errors.LockNotAvailable:
-            return 0  # a mover held the history lock past history_lock_wait
-        return dropped
+        granted within history_lock_wait seconds is left for the next call."""
+        return await self.engine.drop_history(retention=retention,
+                                              lock_wait=self.history_lock_wait)
 
     async def vacuum(self, *, min_dead: int = 0, min_dead_share: float = 0.0) -> int:
-        """VACUUM the jobs table once the statistics count at least `min_dead` dead row
-        versions in it, and at least `min_dead_share` times its live ones (docs/
-        scaling.md, "The claim's dead head"). Returns that count when the VACUUM ran;
-        0 when there were fewer, or when another VACUUM or DDL held the table (skipped,
-        never waited for). Raises ConfigurationError when this role may not vacuum the
-        table, before trying."""
-        min_dead = check_int4("min_dead", min_dead, minimum=0)
-        if (isinstance(min_dead_share, bool) or not isinstance(min_dead_share, int | float)
-                or not 0 <= min_dead_share < math.inf):
-            raise InvalidArgument(
-                f"min_dead_share must be a finite number >= 0, got {min_dead_share!r}"
-            )
-        (state,) = await self._fetch("jobs_vacuum_state", {"schema": self.schema})
-        if not state["allowed"]:
-            raise ConfigurationError(
-                f"role {state['role']!r} may not VACUUM {self.schema}.jobs: "
-                f"it needs to own the table or the database, or, from PostgreSQL 17, "
-                f"GRANT MAINTAIN ON {self.schema}.jobs"
-            )
-        dead = int(state["dead"])
-        if dead == 0 or dead < min_dead or dead < min_dead_share * int(state["live"]):
-            return 0
-        skipped: list[str] = []
-
-        def note(notice: psycopg.errors.Diagnostic) -> None:
-            if notice.sqlstate == "55P03":  # lock_not_available: SKIP_LOCKED skipped it
-                skipped.append(notice.message_primary or "")
-
-        async with self._connection() as pooled:
-            pooled.add_notice_handler(note)
-            try:
-                # Not prepared: a utility statement, run every few seconds at most.
-                await pooled.execute(self._sql["jobs_vacuum"], prepare=False)
-            finally:
-                pooled.remove_notice_handler(note)
-        return 0 if skipped else dead
+        """VACUUM the jobs table once it holds at least `min_dead` dead row versions, and
+        `min_dead_share` times its live ones; returns that count when it ran
+        (engine.vacuum)."""
+        return await self.engine.vacuum(min_dead=min_dead, min_dead_share=min_dead_share)
 
     async def history_partitions(self) -> list[HistoryPartition]:
         """The partitions of jobs_history, oldest first, with their bounds and sizes."""
@@ -1245,18 +947,24 @@ class AsyncQueue:
         return [HistoryPartition(**row) for row in rows]
 
     async def leader_try_acquire(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Try to become the maintenance leader on `conn`, a connection kept open for as
-        long as the leadership should last (the lock dies with the session)."""
-        rows = await self._fetch("leader_try_acquire", {"schema": self.schema}, conn)
-        return bool(rows[0]["acquired"])
+        """Try to become the maintenance leader on `conn` (engine.leader_try_acquire)."""
+        return await self.engine.leader_try_acquire(conn)
 
     async def ping(self, conn: AsyncCallerConnection | None = None) -> None:
         """One round trip on conn (or a pooled connection); raises if it fails."""
-        await self._fetch("server_ping", None, conn)
+        await self.engine.ping(conn)
+
+    async def worker_beat(self, presence: Mapping[str, Any]) -> None:
+        """Write a worker's row of the workers table (engine.worker_beat)."""
+        await self.engine.worker_beat(presence)
+
+    async def worker_leave(self, presence: Mapping[str, Any]) -> None:
+        """Delete a stopping worker's own row of the workers table."""
+        await self.engine.worker_leave(presence)
 
     async def listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """LISTEN on conn (autocommit, kept open) for this schema's new jobs."""
-        await self._fetch("channel_listen", None, conn)
+        await self.engine.listen(conn)
 
     async def listen_ended(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """LISTEN on conn (autocommit, kept open) for the ends of awaited jobs."""
@@ -1316,18 +1024,20 @@ class AsyncQueue:
         text: str | None = None,
         since: dt.datetime | None = None,
         until: dt.datetime | None = None,
+        ids: Sequence[int] | None = None,
         limit: int = 100,
         conn: AsyncCallerConnection | None = None,
     ) -> list[Job]:
         """The newest jobs first, filtered as a JobFilter filters (status, queue, task,
-        key, a substring of args or errors, finished or created since/until); with
+        key, a substring of args or errors, finished or created since/until, ids); with
         conn=, as the caller's transaction sees them (its own enqueues not yet committed
         included)."""
         check_status(status)
         check_filter("queue", queue)
         check_filter("task", task)
         job_filter = JobFilter(status=status, queue=queue, task=task, key=key, text=text,
-                               since=since, until=until)
+                               since=since, until=until,
+                               ids=tuple(ids) if ids is not None else None)
         params = {**job_filter.params(), "limit": check_limit(limit)}
         return [Job.from_row(row) for row in await self._fetch("job_list", params, conn)]
 
@@ -1346,11 +1056,11 @@ class AsyncQueue:
         or delete; set_priority takes `priority`) to one job: False when the job is
         gone or not in a state the action may leave."""
         chosen = action_named(action)
-        params = {"id": check_job_id(job_id), **self._action_params(chosen, priority)}
+        params = {"id": check_job_id(job_id), **action_params(chosen, priority, self.channel)}
         try:
             changed = bool(await self._fetch(chosen.one, params))
         except psycopg.errors.UniqueViolation as error:
-            raise _unique_refused(error, f"job {job_id}") from None
+            raise unique_refused(error, f"job {job_id}") from None
         if not changed and chosen.one_else is not None:
             changed = bool(await self._fetch(chosen.one_else, {"id": params["id"]}))
         if changed and chosen.event is not None and self.events.active:
@@ -1364,23 +1074,13 @@ class AsyncQueue:
         up to `upto` (count_matching's) that is in a state the action may leave; the
         number of jobs changed."""
         chosen = action_named(action)
-        params = {**self._matching(job_filter, upto), **self._action_params(chosen, priority)}
+        params = {**matching_params(job_filter, upto),
+                  **action_params(chosen, priority, self.channel)}
         try:
             rows = await self._fetch(chosen.matching, params)
         except psycopg.errors.UniqueViolation as error:
-            raise _unique_refused(error, "a job of the filter") from None
+            raise unique_refused(error, "a job of the filter") from None
         return int(rows[0]["changed"]) if chosen.wakes else len(rows)
-
-    def _action_params(self, action: Action, priority: int | None) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        if action.takes_priority:
-            # None is refused by check_int4, with the message the API always gave.
-            params["priority"] = check_int4("priority", cast(int, priority))
-        elif priority is not None:
-            raise InvalidArgument(f"{action.name} takes no priority")
-        if action.wakes:
-            params["channel"] = self.channel
-        return params
 
     async def delete(self, job_id: int) -> bool:
         """Delete a job that is not running (a running one would lose its holder's work
@@ -1399,7 +1099,7 @@ class AsyncQueue:
         """How many jobs of the filter `action` would change now, and the newest of
         their ids: pass it as `upto` to the *_matching action to act on exactly those
         (and older ones that entered the filter since, never newer ones)."""
-        params = {**self._filter_params(job_filter),
+        params = {**filter_params(job_filter),
                   "statuses": list(action_named(action).statuses)}
         (row,) = await self._fetch("job_count_matching", params)
         return int(row["count"]), int(row["upto"] or 0)
@@ -1435,7 +1135,7 @@ class AsyncQueue:
         params = {"name": check_name("queue", queue), "paused": paused,
                   "channel": self.channel}
         await self._fetch("queue_set_paused", params)
-        self._flow_read_at = -math.inf
+        self.engine.flow_changed()
 
     async def set_concurrency(self, queue: str, concurrency: int | None) -> QueueSettings:
         """At most `concurrency` of the queue's jobs held at once, fleet-wide (None: no
@@ -1487,7 +1187,7 @@ class AsyncQueue:
             "key_rate_period": None if key_rate is None else key_rate.period,
         }
         await self._fetch("queue_set_limits", params)
-        self._flow_read_at = -math.inf
+        self.engine.flow_changed()
         (settings,) = await self.queue_settings(queue)
         return settings
 
@@ -1520,8 +1220,7 @@ class AsyncQueue:
 
     async def age_priorities(self, *, limit: int = 10_000) -> int:
         """One aging pass (the leader runs it): how many jobs gained priority."""
-        rows = await self._fetch("job_age_priority", {"limit": check_limit(limit)})
-        return int(rows[0]["aged"])
+        return await self.engine.age_priorities(limit=limit)
 
     async def queue_settings(self, queue: str | None = None) -> list[QueueSettings]:
         """Every queue that has a setting or a pending or held job (or just `queue`),
@@ -1537,13 +1236,254 @@ class AsyncQueue:
         return await self.act_matching("set_priority", job_filter, upto=upto,
                                        priority=priority)
 
-    def _matching(self, job_filter: JobFilter, upto: int) -> dict[str, Any]:
-        return {**self._filter_params(job_filter), "upto": check_upto(upto)}
+    # -- schedules (docs/schedules.md) ----------------------------------------------
 
-    @staticmethod
-    def _filter_params(job_filter: JobFilter) -> dict[str, Any]:
-        if not isinstance(job_filter, JobFilter):
+    async def add_schedule(
+        self,
+        name: str,
+        cron: str,
+        task: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timezone: str = "UTC",
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        catch_up: str = "skip",
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
+        paused: bool = False,
+        new: bool = False,
+        by: str | None = None,
+        now: dt.datetime | None = None,
+    ) -> Schedule:
+        """Add a schedule: `task` enqueued with `args` at each tick of `cron` (5 fields,
+        or 6 with seconds last) read in `timezone`. The leader enqueues its ticks from
+        the next one on, without restarts. Refused before anything is written: a cron
+        that never fires, an unknown zone or catch-up policy, a name taken, and a task
+        no schedule names yet unless new=True (an App's app.schedules knows its tasks).
+        queue, priority, max_attempts: None takes the task's own."""
+        now = schedule_now(now)
+        params = definition(
+            cron=cron, task=task, args=args, timezone=timezone, queue=queue,
+            priority=priority, max_attempts=max_attempts, catch_up=catch_up,
+            catch_up_limit=catch_up_limit, now=now,
+        )
+        if not isinstance(paused, bool):
+            raise InvalidArgument(f"paused must be True or False, got {paused!r}")
+        params |= {"name": check_schedule_name(name), "paused": paused, "by": by,
+                   "now": now}
+        if not new:
+            await self._check_task_named(task)
+        rows = await self._fetch("schedule_insert", params)
+        if not rows:
+            raise InvalidArgument(f"a schedule named {name!r} exists already; nothing "
+                                  "was written")
+        schedule = Schedule.from_row(rows[0])
+        schedule_logger.info("schedule %s added by %s", describe(schedule), by or "the API")
+        self._schedule_event("schedule.added", schedule, by)
+        return schedule
+
+    async def update_schedule(
+        self, name: str, *, new: bool = False, by: str | None = None,
+        now: dt.datetime | None = None, revision: int | None = None, **changes: Any,
+    ) -> Schedule:
+        """Change a run-time schedule's cron, timezone, task, args, queue, priority,
+        max_attempts, catch_up or catch_up_limit; the leader follows from its next run.
+        A new cron or zone counts from now: its past ticks are not caught up. A schedule
+        defined in code is refused (change the code and deploy). `revision`: the
+        Schedule.revision the change was made against (a form opened earlier); if the
+        row has moved on since, ScheduleChanged and nothing is written."""
+        check_changes(changes)
+        now = schedule_now(now)
+        current = await self._schedule_named(name)
+        if revision is not None:
+            check_revision(current, revision)
+        if current.origin == "code":
             raise InvalidArgument(
-                f"job_filter must be a pgbaton.JobFilter, got {type(job_filter).__name__}"
+                f"schedule {name!r} is defined in code (@app.periodic): change it there "
+                "and deploy; pause, resume and run now work on it; nothing was written"
             )
-        return job_filter.params()
+        params = definition(**(stored(current) | changes), now=now)
+        if not new and params["task"] != current.task:
+            await self._check_task_named(params["task"])
+        timing = (params["cron"], params["timezone"]) != (current.cron, current.timezone)
+        params |= {
+            "name": name, "by": by,
+            "revision": current.revision if revision is None else revision,
+            "last_tick": now if timing else current.last_tick,
+            "next_tick": params["next_tick"] if timing else current.next_tick,
+        }
+        rows = await self._fetch("schedule_update", params)
+        if not rows:
+            raise ScheduleChanged(f"schedule {name!r} changed while this change was "
+                                  "made: read it again; nothing was written")
+        schedule = Schedule.from_row(rows[0])
+        schedule_logger.info("schedule %s changed by %s (%s)", describe(schedule),
+                             by or "the API", ", ".join(sorted(changes)))
+        self._schedule_event("schedule.updated", schedule, by, changes=sorted(changes))
+        return schedule
+
+    async def pause_schedule(self, name: str, *, by: str | None = None) -> Schedule:
+        """Enqueue none of the schedule's ticks until resume_schedule(); survives
+        restarts and deploys."""
+        return await self._set_schedule_paused(name, True, by, None)
+
+    async def resume_schedule(
+        self, name: str, *, by: str | None = None, now: dt.datetime | None = None
+    ) -> Schedule:
+        """Enqueue the schedule's ticks again from the next one on: the ticks of the
+        pause are not caught up."""
+        return await self._set_schedule_paused(name, False, by, schedule_now(now))
+
+    async def _set_schedule_paused(
+        self, name: str, paused: bool, by: str | None, now: dt.datetime | None
+    ) -> Schedule:
+        for _ in range(UNIQUE_ATTEMPTS):  # each retry needs another change in between
+            current = await self._schedule_named(name)
+            next_tick = None if now is None else Cron(
+                current.cron, current.timezone).next_after(now)
+            rows = await self._fetch("schedule_set_paused", {
+                "name": name, "paused": paused, "revision": current.revision,
+                "now": now, "next_tick": next_tick, "by": by,
+            })
+            if rows:
+                schedule_logger.info("schedule %r %s by %s", name,
+                                     "paused" if paused else "resumed", by or "the API")
+                changed = Schedule.from_row(rows[0])
+                self._schedule_event("schedule.paused" if paused else "schedule.resumed",
+                                     changed, by)
+                return changed
+        raise InvalidArgument(f"schedule {name!r} kept changing: try again")
+
+    async def remove_schedule(self, name: str, *, by: str | None = None) -> None:
+        """Delete a run-time schedule, or a code schedule the code no longer has. Jobs
+        it enqueued stay."""
+        rows = await self._fetch("schedule_delete", {"name": name})
+        if not rows:
+            current = await self._schedule_named(name)
+            raise InvalidArgument(
+                f"schedule {current.name!r} is defined in code (@app.periodic): remove it "
+                "there and deploy (its row goes "
+                f"{CODE_SCHEDULE_GRACE.days} days after no worker's code has it); pause "
+                "it meanwhile; nothing was removed"
+            )
+        schedule_logger.info("schedule %r removed by %s", name, by or "the API")
+        self._schedule_event("schedule.removed", rows[0], by)
+
+    async def run_schedule_now(
+        self, name: str, *, by: str | None = None, defaults: Mapping[str, Any] | None = None
+    ) -> int:
+        """Enqueue the schedule's job now, besides its ticks (paused or not); returns
+        its id. `defaults`: the task's job options where the schedule gives none."""
+        current = await self._schedule_named(name)
+        job = job_for_tick(current, None, defaults or {})
+        async with self._transaction(None) as held:
+            (job_id,) = await self.enqueue_many([job], conn=held)
+            await self._fetch("schedule_note_job", {"name": name, "job_id": job_id}, held)
+        schedule_logger.info("schedule %r run now by %s: job %s", name, by or "the API",
+                             job_id)
+        return job_id
+
+    async def schedules(self) -> list[Schedule]:
+        """Every schedule, by name, with its last job's status."""
+        return [Schedule.from_row(row) for row in await self._fetch("schedule_list")]
+
+    async def schedule(self, name: str) -> Schedule | None:
+        rows = await self._fetch("schedule_get", {"name": name})
+        return Schedule.from_row(rows[0]) if rows else None
+
+    async def _schedule_named(self, name: str) -> Schedule:
+        found = await self.schedule(name) if isinstance(name, str) else None
+        if found is None:
+            names = ", ".join(repr(s.name) for s in await self.schedules()) or "none"
+            raise InvalidArgument(f"no schedule named {name!r} (schedules: {names})")
+        return found
+
+    async def _check_task_named(self, task: str) -> None:
+        (row,) = await self._fetch("schedule_task_named", {"task": task})
+        if not row["named"]:
+            raise InvalidArgument(
+                f"unknown task {task!r}: no schedule names it, and without the App "
+                "(--app) its tasks are not known; pass new=True (--new) if the name is "
+                "right; nothing was written"
+            )
+
+    # The maintenance leader's side (maintenance/services.py, Scheduler).
+
+    async def schedules_due(
+        self, now: dt.datetime, *, limit: int = 100, passed: Iterable[str] = ()
+    ) -> list[Schedule]:
+        """The active schedules due at now, but for those named in `passed`."""
+        rows = await self._fetch("schedule_list_due",
+                                 {"now": now, "limit": limit, "passed": list(passed)})
+        return [Schedule.from_row(row) for row in rows]
+
+    async def schedule_revisions(self, names: Sequence[str]) -> dict[str, int]:
+        """The revision of each schedule named that exists."""
+        rows = await self._fetch("schedule_revision_many", {"names": list(names)})
+        return {row["name"]: row["revision"] for row in rows}
+
+    async def fire_schedules(
+        self, fires: Sequence[tuple[Schedule, Sequence[Mapping[str, Any]], dt.datetime,
+                                    dt.datetime]],
+    ) -> list[list[int] | None]:
+        """Enqueue due schedules' jobs and record their progress (last_tick, next_tick)
+        in one transaction: for each (schedule, jobs, last_tick, next_tick), the ids
+        of its jobs, or None when the row is no longer as read (changed, paused, or
+        advanced by another leader) and nothing of it was written."""
+        if not fires:
+            return []
+        async with self._transaction(None) as held:
+            locked = await self._fetch("schedule_lock_due_many", {
+                "names": [s.name for s, _, _, _ in fires],
+                "revisions": [s.revision for s, _, _, _ in fires],
+                "last_ticks": [s.last_tick for s, _, _, _ in fires],
+            }, held)
+            positions = sorted(int(row["position"]) - 1 for row in locked)
+            jobs = [job for position in positions for job in fires[position][1]]
+            ids = await self.enqueue_many(jobs, conn=held) if jobs else []
+            result: list[list[int] | None] = [None] * len(fires)
+            start = 0
+            for position in positions:
+                count = len(fires[position][1])
+                result[position] = ids[start:start + count]
+                start += count
+            await self._fetch("schedule_advance_many", {
+                "names": [fires[p][0].name for p in positions],
+                "last_ticks": [fires[p][2] for p in positions],
+                "next_ticks": [fires[p][3] for p in positions],
+                "last_job_ids": [ids_of[-1] if (ids_of := result[p]) else None
+                                 for p in positions],
+            }, held)
+            return result
+
+    async def sync_code_schedules(
+        self, columns: Mapping[str, list[Any]], *, now: dt.datetime, by: str | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Write an App's @app.periodic schedules (schedules.code_definitions) and mark
+        the code schedules it lacks missing; returns the names a run-time schedule holds
+        (not written) and those newly missing."""
+        rows = await self._fetch("schedule_sync_code", {**columns, "now": now, "by": by})
+        taken = [row["name"] for row in rows if row["taken"]]
+        missing = await self._fetch("schedule_mark_missing",
+                                    {"names": list(columns["names"]), "now": now})
+        for row in missing:
+            self._schedule_event("schedule.missing", row, by)
+        return taken, [row["name"] for row in missing]
+
+    async def delete_missing_schedules(self, *, before: dt.datetime) -> list[str]:
+        """Delete the code schedules missing from code since before `before`."""
+        rows = await self._fetch("schedule_delete_missing", {"before": before})
+        for row in rows:
+            self._schedule_event("schedule.removed", row,
+                                 "the leader: missing from code past the grace")
+        return [row["name"] for row in rows]
+
+    def _schedule_event(
+        self, name: str, schedule: Schedule | Mapping[str, Any], by: str | None,
+        **detail: Any,
+    ) -> None:
+        """Hand a schedule's change to the subscribers (docs/events.md)."""
+        if self.events.active:
+            self.events.emit(schedule_event(name, schedule, by, **detail))
+

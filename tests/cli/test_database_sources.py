@@ -172,10 +172,10 @@ def test_the_apps_schema_wins_over_pgbaton_schema(tmp_path, dsn, schema, other_s
     assert counts == {schema: 1, other_schema: 1}
 
 
-def test_embedded_runs_only_when_asked_for(tmp_path, schema):
+def test_embedded_runs_only_when_asked_for(server_folder, schema):
     """--embedded starts pgbaton's own PostgreSQL (here in a folder of the test's) and
     says so; the same command without it refuses."""
-    env = clean_env(None, PGBATON_EMBEDDED_DIR=str(tmp_path / "pg"))
+    env = clean_env(None, PGBATON_EMBEDDED_DIR=str(server_folder / "pg"))
     result = run("migrate", "--embedded", "--schema", schema, env=env, timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "using the embedded PostgreSQL 18" in result.stderr
@@ -206,3 +206,19 @@ def test_connection_options_before_the_command(tmp_path, dsn, schema, queue):
     assert enqueued.returncode == 0, enqueued.stderr
     assert queue.get(json.loads(enqueued.stdout)["id"]) is not None
     assert "--dsn, --schema and --embedded go before the command" in run("--help").stdout
+
+
+def test_an_unreachable_database_is_one_line_and_exit_1_for_every_command(dsn):
+    """Every command that reaches the database says it cannot, in one error line naming
+    where, and exits 1: no traceback (the demo's cleanup once buried it under one)."""
+    gone = f"{_unreachable(dsn)} connect_timeout=2"
+    for args in (("cancel", "5"), ("doctor",), ("enqueue", "t"), ("jobs",), ("migrate",),
+                 ("prune",), ("retry", "5"), ("show", "5"), ("stats",), ("queue", "show"),
+                 ("queue", "pause", "q"), ("queue", "resume", "q"),
+                 ("queue", "limit", "q", "--concurrency", "2"), ("lab",), ("demo",)):
+        result = run("--dsn", gone, *args)
+        errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+        assert result.returncode == 1, (args, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, (args, result.stderr[-2000:])
+        assert len(errors) == 1 and errors[0].startswith(
+            "pgbaton: error: cannot connect to PostgreSQL at"), (args, result.stderr)

@@ -3,8 +3,11 @@ that read as durations."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+import pgbaton as pgbaton_module
 from tests.cli.cli_helpers import pgbaton
 
 HOSTILE_ERROR = "expected [/] separator [link=https://evil.example]click[/link] \x1b[2J"
@@ -85,3 +88,49 @@ def test_ages_read_as_durations(queue, dsn, schema, db):
     db.execute("UPDATE jobs SET run_at = now() - interval '3 hours 12 minutes 5 seconds'")
     result = pgbaton("stats", "--schema", schema, dsn=dsn)
     assert "3 h 12 min" in result.stdout, result.stdout
+
+
+def test_show_prints_the_snoozes(queue, dsn, schema):
+    """`show` has a snoozes field: how many times the handler snoozed, none an attempt."""
+    job = queue.enqueue("poll", {})
+    [claim] = queue.claim("w", limit=1)
+    assert queue.snooze(claim, pgbaton_module.Snooze(60)) == "pending"
+    result = pgbaton("show", str(job), "--schema", schema, dsn=dsn)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"^\W*snoozes\W+1\W*$", result.stdout, re.M), result.stdout
+    assert re.search(r"^\W*attempts\W+0\W*$", result.stdout, re.M), result.stdout
+def test_show_logs_and_running_progress_print_as_text(queue, dsn, schema):
+    """`show ID --logs` prints each run's lines under its label, markup and escapes
+    as text, a cut attempt's marker; `jobs --status running` shows each job's progress;
+    `show --json --logs` carries the lines."""
+    line = {"at": "2026-01-01T00:00:00+00:00", "level": "INFO", "logger": "app",
+            "message": "[red]<b>x</b>[/red] \x1b[2J\nsecond line"}
+    job = queue.enqueue("report", max_attempts=2)
+    [claim] = queue.claim("w1")
+    assert queue.write_logs([(claim, [line], 4)]) == [True]
+    assert queue.write_progress([(claim, 0.4, "[bold]rows[/bold] \x1b[2J")]) == [True]
+    listed = pgbaton("jobs", "--status", "running", "--schema", schema, dsn=dsn)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "40% [bold]rows[/bold] \\x1b[2J" in listed.stdout and "\x1b" not in listed.stdout
+    assert queue.fail(claim, "boom", retry_in=0)
+    [again] = queue.claim("w1")  # attempt 2's first run, labelled as its job ends
+    assert queue.write_logs([(again, [{**line, "message": "again"}], 0)],
+                            ended=["succeeded"]) == [True]
+    assert queue.complete(again)
+    result = pgbaton("show", str(job), "--logs", "--schema", schema, dsn=dsn)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "\x1b" not in result.stdout
+    assert "logs of attempt 1, run 1:" in result.stdout
+    assert result.stdout.index("logs of attempt 1, run 1:") < result.stdout.index(
+        "logs of attempt 2, run 2 (succeeded):")
+    assert "40% [bold]rows[/bold] \\x1b[2J" in result.stdout  # the progress field
+    assert "INFO app: [red]<b>x</b>[/red] \\x1b[2J" in result.stdout
+    assert "      second line" in result.stdout
+    assert "... 4 more lines not kept" in result.stdout
+    as_json = pgbaton("show", str(job), "--logs", "--json", "--schema", schema, dsn=dsn)
+    assert as_json.returncode == 0, as_json.stderr[-2000:]
+    assert '"progress_note": "[bold]rows[/bold]' in as_json.stdout
+    assert '"dropped": 4' in as_json.stdout
+    assert '"run": 2' in as_json.stdout and '"ended": "succeeded"' in as_json.stdout
+    none = pgbaton("show", str(queue.enqueue("quiet")), "--logs", "--schema", schema, dsn=dsn)
+    assert "no log lines kept for this job" in none.stdout

@@ -21,10 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> str:
-    site = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--strict",
-                    "--site-dir", str(site)], cwd=ROOT, check=True, timeout=300,
-                   env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    # .ci/run names the site its `make docs` has just built (the same command, --strict),
+    # so that each of its lanes does not build it again.
+    built = os.environ.get("PGBATON_DOCS_SITE")
+    if built:
+        site = Path(built)
+    else:
+        site = tmp_path_factory.mktemp("site")
+        subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--strict",
+                        "--site-dir", str(site)], cwd=ROOT, check=True, timeout=300,
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     text = (site / "reference" / "cli" / "index.html").read_text()
     return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text)))
 

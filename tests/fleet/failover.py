@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from tests.fleet.producer import TASK
+from tests.fleet.producer import TASK, idempotency_key
 from tests.fleet.servers import ReplicatedPair
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +141,11 @@ def run_failover(
         done_sql = f"SELECT count(*) FROM \"{schema}\".jobs WHERE status = 'done'"
         wait_until(lambda: _count(pair.primary.dsn, done_sql) >= kill_after_done, 120,
                    f"{kill_after_done} jobs done before the failover")
+        # Both processes have run jobs before the kill, so that a pid seen only after it
+        # means a restarted process, not one that had not yet been handed a job.
+        processes_sql = f'SELECT count(DISTINCT worker_pid) FROM "{schema}".effects'
+        wait_until(lambda: _count(pair.primary.dsn, processes_sql) >= 2, 120,
+                   "both worker processes running jobs before the failover")
         pids_sql = f'SELECT DISTINCT worker_pid FROM "{schema}".effects'
         with pair.primary.connect() as conn:
             before = {int(row[0]) for row in conn.execute(pids_sql)}
@@ -159,8 +164,11 @@ def run_failover(
         wait_until(lambda: len(_leaders(new)) == 1, 60, "a leader on the new primary")
         leader_after = _leaders(new)[0]
         with psycopg.connect(new, autocommit=True, row_factory=dict_row) as conn:
-            present = {int(row["id"]) for row in conn.execute(
-                f'SELECT id FROM "{schema}".jobs WHERE task = %s', (TASK,))}
+            # By idempotency key, not by id: after an asynchronous failover the new primary
+            # can hand out again an id whose job was lost with the old primary (the sequence's
+            # own WAL did not reach the standby either), so a lost job's id may be present.
+            present = {str(row["idempotency_key"]) for row in conn.execute(
+                f'SELECT idempotency_key FROM "{schema}".jobs WHERE task = %s', (TASK,))}
             counts = conn.execute(
                 f"SELECT count(*) FILTER (WHERE status = 'done') AS done,"
                 f" count(*) FILTER (WHERE status <> 'done') AS not_done,"
@@ -179,7 +187,8 @@ def run_failover(
             replication="synchronous" if pair.synchronous else "asynchronous",
             jobs=jobs,
             acknowledged_enqueues=len(acknowledged),
-            acknowledged_but_lost=len(set(acknowledged.values()) - present),
+            acknowledged_but_lost=sum(idempotency_key(number) not in present
+                                      for number in acknowledged),
             failover_seconds=failover_seconds,
             recovery_seconds=recovery_seconds,
             done=int(counts["done"]),

@@ -20,6 +20,11 @@ TASK = "work"
 RETRY_SECONDS = 0.2
 
 
+def idempotency_key(number: int) -> str:
+    """The key of the producer's `number`th job: what the failover run looks for."""
+    return f"failover-{number}"
+
+
 def produce(dsn: str, schema: str, count: int, ack_path: str, pause: float) -> int:
     failed_calls = 0
     with open(ack_path, "a", buffering=1) as acks:
@@ -30,7 +35,7 @@ def produce(dsn: str, schema: str, count: int, ack_path: str, pause: float) -> i
                 if queue is None:
                     queue = pgbaton.Queue(dsn, schema=schema)
                 job_id = queue.enqueue(
-                    TASK, {"seconds": 0.01}, idempotency_key=f"failover-{number}",
+                    TASK, {"seconds": 0.01}, idempotency_key=idempotency_key(number),
                     max_attempts=25)
             except (psycopg.Error, pgbaton.PgbatonError) as error:
                 failed_calls += 1

@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 import psycopg
 
 STANDBY_NAME = "standby"
+# Where pytest keeps every session's tmp_path folders when run by root.
+_PYTEST_ROOT = Path(tempfile.gettempdir()).resolve() / "pytest-of-root"
 
 
 def binaries() -> Path | None:
@@ -172,6 +175,10 @@ class ReplicatedPair:
 
 
 def _own_folder(folder: Path, user: str | None) -> None:
+    if user is not None and _PYTEST_ROOT in folder.resolve().parents:
+        # Any pytest session root starts makes that folder 0700 again, and the server's
+        # user could no longer reach its data (embedded.scratch_folder).
+        raise ValueError(f"{folder} is under {_PYTEST_ROOT}: use the server_folder fixture")
     folder.mkdir(parents=True, exist_ok=True)
     if user is not None:
         import pwd

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[servers.Server]:
-    made = servers.build_single(tmp_path / "server", wal_writer_delay="10s",
+def server(server_folder: Path) -> Iterator[servers.Server]:
+    made = servers.build_single(server_folder / "server", wal_writer_delay="10s",
                                 fsync="off", checkpoint_timeout="1h")
     yield made
     made.stop()

@@ -29,8 +29,9 @@ def replication() -> str:
 
 
 @pytest.fixture
-def replicated_pair(tmp_path: Path, replication: str) -> Iterator[servers.ReplicatedPair]:
-    pair = servers.build_pair(tmp_path / "servers", synchronous=replication == "synchronous")
+def replicated_pair(server_folder: Path, replication: str
+                    ) -> Iterator[servers.ReplicatedPair]:
+    pair = servers.build_pair(server_folder / "servers", synchronous=replication == "synchronous")
     yield pair
     pair.stop()
 

@@ -47,8 +47,8 @@ def fleet() -> Iterator[netns.Fleet]:
 
 
 @pytest.fixture
-def database(tmp_path: Path, fleet: netns.Fleet) -> Iterator[servers.Server]:
-    server = servers.build_in_namespace(tmp_path / "database", fleet.database)
+def database(server_folder: Path, fleet: netns.Fleet) -> Iterator[servers.Server]:
+    server = servers.build_in_namespace(server_folder / "database", fleet.database)
     yield server
     server.stop()
 

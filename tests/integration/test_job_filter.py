@@ -5,6 +5,7 @@ SQL with what JobFilter documents, for many filters over jobs in every state."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -84,7 +85,8 @@ def documented(job_filter: pgbaton.JobFilter, job: dict[str, Any]) -> bool:
             and (f.key is None or job["key"] == f.key)
             and (text is None or text in job["args"].lower() or text in job["errors"].lower())
             and (f.since is None or when >= f.since)
-            and (f.until is None or when < f.until))
+            and (f.until is None or when < f.until)
+            and (f.ids is None or job["id"] in f.ids))
 
 
 def rows(conn: psycopg.Connection[DictRow], table: str) -> list[dict[str, Any]]:
@@ -115,8 +117,9 @@ def changed_by(conn: psycopg.Connection[DictRow], schema: str, action: Action,
 def test_every_filtering_statement_matches_the_jobs_the_filter_documents(
         queue: pgbaton.Queue, db: psycopg.Connection[DictRow], dsn: str,
         schema: str) -> None:
-    """For each filter: the dashboard's page (jobs and jobs_history), the bulk count and
-    each *_matching action (the jobs table) hold exactly the jobs JobFilter means."""
+    """For each filter (selections of ids included): the dashboard's page (jobs and
+    jobs_history), its state tabs' counts, the bulk count and each *_matching action
+    (the jobs table) hold exactly the jobs JobFilter means."""
     fill(queue, db)
     sql = _sql.queries(schema)
     now = db.execute("SELECT now() AS now").fetchone()["now"]
@@ -126,9 +129,18 @@ def test_every_filtering_statement_matches_the_jobs_the_filter_documents(
         assert {j["status"] for j in jobs} == set(STATUSES) and len(moved) == 1
         conn.rollback()
         seen_any = set()
-        for job_filter in filters(now):
+        every_other = tuple(sorted(j["id"] for j in jobs)[::2])
+        selections = [pgbaton.JobFilter(ids=every_other),
+                      pgbaton.JobFilter(ids=(moved[0]["id"], *every_other[:2]), queue="mail")]
+        for job_filter in [*filters(now), *selections]:
             wanted = {j["id"] for j in jobs if documented(job_filter, j)}
             kept = {j["id"] for j in moved if documented(job_filter, j)}
+            tabs = conn.execute(sql["dashboard_state_counts"], {
+                **job_filter.params(), "status": None, "cap": 1000}).fetchall()
+            for state in STATES:
+                one = replace(job_filter, status=state)
+                assert {r["state"]: r["count"] for r in tabs}[state] == sum(
+                    documented(one, j) for j in [*jobs, *moved]), (state, job_filter)
             seen_any |= wanted
             page = conn.execute(sql["dashboard_job_page"], {
                 **job_filter.params(), "before": None, "limit": 1000}).fetchall()
@@ -148,10 +160,26 @@ def test_every_filtering_statement_matches_the_jobs_the_filter_documents(
         assert seen_any == {j["id"] for j in jobs}
 
 
-@pytest.mark.parametrize("name", ["dashboard_job_page", "job_count_matching",
+@pytest.mark.parametrize("name", ["dashboard_job_page", "dashboard_state_counts",
+                                  "job_count_matching",
                                   *(a.matching for a in ACTIONS)])
 def test_each_filtering_statement_takes_the_one_filter(name: str) -> None:
     """Its text, as written, holds the job_filter fragment's hole and no filter test of
     its own."""
     written = _sql._sections()[0][name]
     assert "__job_filter__" in written and "%(queue)s" not in written
+
+
+@pytest.mark.parametrize("ids", [(), [1] * 0, (0,), (-1,), (True,), ("1",), (INT8_MAX + 1,),
+                                 tuple(range(1, 502)), "12"])
+def test_a_selection_that_is_not_job_ids_is_refused(ids: Any) -> None:
+    """ids holds 1 to 500 job ids; anything else is InvalidArgument naming ids."""
+    with pytest.raises(pgbaton.InvalidArgument, match="ids"):
+        pgbaton.JobFilter(ids=ids)
+
+
+def test_queue_jobs_takes_a_selection(queue: pgbaton.Queue) -> None:
+    """Queue.jobs(ids=) lists the selected jobs only, newest first, each once."""
+    made = [queue.enqueue("t") for _ in range(4)]
+    found = queue.jobs(ids=[made[0], made[2], made[2]])
+    assert [job.id for job in found] == [made[2], made[0]]

@@ -129,24 +129,33 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     job_columns = [c["attname"] for c in migrated["columns"] if c["relname"] == "jobs"]
     assert job_columns[:3] == ["id", "queue", "task"]
     # Migration 4's limit_key, migration 5's columns, migration 6's meta, then
-    # migration 12's unique columns and 13's awaited.
-    assert job_columns[-8:] == [
+    # migration 12's unique columns, 13's awaited, 14's snoozes, 15's progress and the
+    # durable steps' two (18).
+    assert job_columns[-14:] == [
         "limit_key", "has_dependents", "waiting_for", "batch_id", "meta",
-        "unique_key", "unique_states", "awaited",
+        "unique_key", "unique_states", "awaited", "snoozes",
+        "progress", "progress_note", "progress_at", "has_steps", "waiting_event",
     ]
-    assert len(job_columns) == 27
+    assert len(job_columns) == 33
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }
     assert [t["tgname"] for t in migrated["triggers"]] == [
-        "jobs_ended", "jobs_ended_by_delete", "jobs_notify_ended",
-        "jobs_notify_ended_by_delete", "jobs_notify_inserted", "jobs_wait_again",
+        "job_logs_follow_delete", "jobs_ended", "jobs_ended_by_delete", "jobs_notify_ended",
+        "jobs_notify_ended_by_delete", "jobs_notify_inserted", "jobs_steps_deleted",
+        "jobs_wait_again", "jobs_waiting_event_cleared",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
         "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_partitions",
         "jobs_notify_inserted", "jobs_release_children", "jobs_wait_again",
         # Migration 13's SQL API (docs/reference/sql.md).
         "enqueue", "enqueue_many", "job_enqueue_check", "jobs_notify_ended",
+        # Migration 14's logs leave with their job.
+        "job_logs_follow_delete",
+        # The durable steps (docs/howto/durable-steps.md).
+        "jobs_steps_deleted", "send_event", "send_event_by_key",
+        # Migration 20: waiting_event only while the job waits.
+        "jobs_waiting_event_cleared",
     }
     # Migration 8's history table: partitioned, with no partition until a move.
     history = next(t for t in migrated["tables"] if t["relname"] == "jobs_history")

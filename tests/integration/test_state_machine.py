@@ -63,6 +63,7 @@ class ModelJob:
     started: bool = False
     errors: list[tuple[str, int, str | None]] = field(default_factory=list)
     result: dict[str, Any] | None = None
+    snoozes: int = 0
 
 
 class QueueMachine(RuleBasedStateMachine):
@@ -304,6 +305,56 @@ class QueueMachine(RuleBasedStateMachine):
                 if job.status == "pending":
                     job.due, job.tick = True, tick
 
+    @precondition(has_claims)
+    @rule(data=st.data(), later=st.booleans(), max_snoozes=st.sampled_from([None, 0, 1, 2]))
+    def snooze(self, data: st.DataObject, later: bool, max_snoozes: int | None) -> None:
+        """A handler's snooze (job_release_many with a run_at and a snooze counted): the
+        attempt is given back; past max_snoozes the job fails instead."""
+        claims = self.pick_claims(data)
+        expected = [
+            None if not self.held(c) else
+            "failed" if max_snoozes is not None and self.jobs[c.id].snoozes >= max_snoozes
+            else "pending"
+            for c in claims
+        ]
+        let_go = [
+            self.jobs[c.id].status in ("cancelled", "pending") and self.jobs[c.id].token == c.token
+            for c in claims
+        ]
+        snooze = pgbaton.Snooze(RETRY_LATER if later else 0)
+        tick = self.tick()
+        assert self.queue.snooze_many([(c, snooze, max_snoozes) for c in claims]) == expected
+        for claim, status, cancelled in zip(claims, expected, let_go, strict=True):
+            job = self.jobs[claim.id]
+            if status == "failed":
+                job.errors.append(("SnoozeLimit", job.attempts - 1, job.worker_id))
+            if status is not None:
+                job.status, job.token, job.worker_id = status, None, None
+                job.attempts -= 1
+            if status == "pending":
+                job.snoozes += 1
+                job.started = False
+                job.tick, job.due = tick, not later
+            elif status is None and cancelled:
+                job.token, job.expired = None, False
+                if job.status == "pending":
+                    job.due, job.tick = True, tick
+
+    @precondition(has_claims)
+    @rule(data=st.data(), status=st.sampled_from(["failed", "cancelled"]))
+    def end(self, data: st.DataObject, status: str) -> None:
+        """A handler's Discard or Cancel (job_end_many): the job ends at once, whatever
+        attempts are left; a lost claim changes nothing."""
+        claims = self.pick_claims(data)
+        expected = [status if self.held(c) else None for c in claims]
+        error = pgbaton.Discard("x") if status == "failed" else pgbaton.Cancel("x")
+        assert self.queue.end_many([(c, status, error) for c in claims]) == expected
+        for claim, ended in zip(claims, expected, strict=True):
+            if ended is not None:
+                job = self.jobs[claim.id]
+                job.errors.append((type(error).__name__, job.attempts, job.worker_id))
+                job.status, job.token, job.worker_id = ended, None, None
+
     # -- time and maintenance ---------------------------------------------------------
 
     @precondition(lambda self: any(j.token is not None for j in self.jobs.values()))
@@ -358,6 +409,7 @@ class QueueMachine(RuleBasedStateMachine):
                     job.token, job.expired = None, False
                 job.due = not held
                 job.status, job.attempts, job.worker_id = "pending", 0, None
+                job.snoozes = 0
                 job.tick = self.tick()
 
     # -- the table against the model --------------------------------------------------
@@ -365,7 +417,8 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def table_matches_model(self) -> None:
         rows = self.db.execute(
-            "SELECT id, status, attempts, max_attempts, key, idempotency_key, claim_token,"
+            "SELECT id, status, attempts, snoozes, max_attempts, key, idempotency_key,"
+            "       claim_token,"
             "       worker_id, errors, result, started_at IS NOT NULL AS started,"
             "       finished_at IS NOT NULL AS finished, lease_until IS NOT NULL AS leased,"
             "       lease_until < now() AS lease_passed, run_at <= now() AS due, run_at"
@@ -377,6 +430,7 @@ class QueueMachine(RuleBasedStateMachine):
             where = f"job {job.id}: {row}\nmodel: {job}"
             assert row["status"] == job.status, where
             assert row["attempts"] == job.attempts, where
+            assert row["snoozes"] == job.snoozes, where
             assert (row["max_attempts"], row["key"]) == (job.max_attempts, job.key), where
             assert row["idempotency_key"] == job.idempotency_key, where
             assert row["claim_token"] == job.token, where
@@ -404,7 +458,7 @@ def test_every_interleaving_of_workers_and_operator_keeps_the_table_equal_to_the
     queue: pgbaton.Queue, db: psycopg.Connection[DictRow]
 ) -> None:
     """Any sequence of enqueue, claim, heartbeat, expire, reap, complete, fail, release,
-    cancel and retry by workers holding live and stale claims leaves every job exactly
+    snooze, end, cancel and retry by workers holding live and stale claims leaves every job exactly
     where the model says, and a lost claim never changes a row."""
     QueueMachine.queue, QueueMachine.db = queue, db
     run_state_machine_as_test(

@@ -7,6 +7,7 @@ prove behaviour from SQL, not from the worker's own counters.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -225,3 +226,33 @@ async def kills_its_worker(context: pgbaton.JobContext) -> None:
     """Ends its worker process as it starts, as a segfaulting extension would."""
     await asyncio.to_thread(record, context, "start")
     os._exit(70)
+
+
+# Progress and each job's own log lines (docs/howto/progress-and-logs.md).
+job_log = logging.getLogger("tests.runtime.job_log")
+
+
+@app.task(pass_context=True, max_attempts=2, retry=pgbaton.Backoff(base=0.01, cap=0.01))
+async def logs_and_reports(context: pgbaton.JobContext, lines: int = 5,
+                           hold: float = 0.0, fail_first: bool = False) -> int:
+    """Log `lines` lines naming the job, report progress after each, hold the last
+    report for `hold` seconds, and fail the first attempt when asked."""
+    for n in range(lines):
+        job_log.info("job %s attempt %s line %d", context.job_id, context.attempt, n)
+        context.progress((n + 1) / lines, note=f"line {n + 1} of {lines}")
+        await asyncio.sleep(0)
+    await asyncio.sleep(hold)
+    if fail_first and context.attempt == 1:
+        raise RuntimeError("the first attempt fails on purpose")
+    return lines
+
+
+@app.task(pass_context=True)
+def sync_logs_and_reports(context: pgbaton.JobContext, lines: int = 5,
+                          hold: float = 0.0) -> int:
+    """logs_and_reports for a sync handler, in the worker's thread pool."""
+    for n in range(lines):
+        job_log.warning("job %s attempt %s line %d", context.job_id, context.attempt, n)
+        context.progress((n + 1) / lines)
+    time.sleep(hold)
+    return lines

@@ -8,6 +8,7 @@ import itertools
 import pgbaton
 from pgbaton.app import Periodic
 from pgbaton.maintenance import Scheduler
+from pgbaton.schedules import code_definitions
 from tests.runtime import app_under_test as tasks
 from tests.runtime.conftest import WorkerProcess, scalar, wait_until
 
@@ -170,17 +171,24 @@ def test_prune_deletes_only_finished_jobs_past_retention(queue: pgbaton.Queue, d
 
 async def test_two_leaders_enqueue_one_tick_once(aqueue: pgbaton.AsyncQueue, db):
     """Two leaders that both find the same ticks due (a handover: the new one catches up
-    on the last seconds) make one job of each tick, by the tick's idempotency key."""
+    on the last seconds) make one job of each tick: the second finds the row advanced,
+    and had it read the row before, the tick's idempotency key would refuse it."""
     every_second = Periodic(tasks.work, "* * * * * *")
+    now = dt.datetime.now(dt.UTC)
+    await aqueue.sync_code_schedules(code_definitions([every_second], now, 5), now=now)
     old_leader, new_leader = (
-        Scheduler(aqueue, [every_second], interval=0.2, catch_up=5) for _ in range(2)
+        Scheduler(aqueue, {"work": tasks.work}, interval=0.2, catch_up=5) for _ in range(2)
     )
+    stale = await aqueue.schedules_due(dt.datetime.now(dt.UTC))
     first = await old_leader.run_once()
     second = await new_leader.run_once()
-    assert first >= 4 and second >= 4  # each saw the last five seconds' ticks
+    assert first >= 4 and second <= 1  # the first saw the last five seconds' ticks
+    (row,) = stale
+    late = await aqueue.fire_schedules([(row, [], now, now)])
+    assert late == [None]  # fenced: the row moved on since it was read
     rows = db.execute("SELECT run_at, idempotency_key FROM jobs ORDER BY run_at").fetchall()
     ticks = [row["run_at"].astimezone(dt.UTC) for row in rows]
-    assert len(rows) < first + second  # the overlap was not enqueued twice
+    assert len(rows) == first + second
     # One job per tick (the keys are unique by the index; the ticks are what can repeat).
     assert len(set(ticks)) == len(rows)
     assert all(b - a == dt.timedelta(seconds=1) for a, b in itertools.pairwise(ticks))

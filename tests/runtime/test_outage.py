@@ -50,8 +50,8 @@ class Server:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    server = Server(tmp_path / "pgdata")
+def server(server_folder: Path) -> Iterator[Server]:
+    server = Server(server_folder / "pgdata")
     try:
         yield server
     finally:

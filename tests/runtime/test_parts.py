@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
+import uuid
 
 import psycopg
+import psycopg.conninfo
 
 import pgbaton
 from pgbaton.worker.completer import Completer
@@ -253,3 +256,177 @@ def test_another_thread_reads_the_shortest_lease_while_the_loop_changes_the_held
         reader.join()
         sys.setswitchinterval(switch_interval)
     assert errors == []
+
+
+def test_the_heartbeat_never_spins_on_a_finished_job_whose_lease_it_was_to_change(queue):
+    """A job of a task with a lease of its own asks the heartbeat for a beat at once
+    (needs_extend); when its handler ends before that beat, nothing is left to extend.
+    The heartbeat once looped without awaiting anything until the job left the held
+    jobs, which only the completer, on the same (now frozen) loop, could do: the whole
+    worker stopped, SIGTERM included (the soak's worker that did not stop). Run on a
+    loop of its own in a thread, so that a frozen loop fails the test instead of
+    hanging it."""
+    queue.enqueue("short")
+    claims = queue.claim("parts-test", limit=1, lease=30)
+    report: dict[str, object] = {}
+
+    async def scenario() -> None:
+        held = HeldJobs(4)
+        app = pgbaton.App(queue.dsn, schema=queue.schema)
+
+        @app.task(lease=5)  # not the claim's 30 s: the heartbeat is to extend it now
+        async def short() -> None:
+            pass
+
+        executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
+                            claim_lease=30, extend_one=_never_extend,
+                            start_ahead=_never_start, notify=ignore, on_dropped=ignore)
+        executor.start(claims, time.monotonic())
+        [running] = list(held)
+        await asyncio.gather(*(r.handler for r in held if r.handler))
+        report["finished"], report["needs_extend"] = running.finished, running.needs_extend
+        async with pgbaton.AsyncQueue(queue.dsn, schema=queue.schema) as aqueue:
+            beats = asyncio.create_task(
+                Heartbeat(aqueue, held, default_lease=30, notify=ignore).run())
+            ticks = 0
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+                ticks += 1
+            report["ticks"] = ticks
+            beats.cancel()
+            await asyncio.gather(beats, return_exceptions=True)
+        executor.shutdown()
+
+    thread = threading.Thread(target=asyncio.run, args=(scenario(),), daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "the heartbeat froze the event loop"
+    assert report["finished"] and report["ticks"] == 20, report
+class _CountedHeldJobs(HeldJobs):
+    """Counts the heartbeat's turns (each asks for the shortest lease once) and stops a
+    loop that turns without waiting: a spin would otherwise block the test for ever."""
+
+    turns = 0
+
+    def shortest_lease(self, default: float) -> float:
+        self.turns += 1
+        if self.turns > 1000:
+            raise AssertionError("the heartbeat turned 1000 times without waiting")
+        return super().shortest_lease(default)
+
+
+async def test_the_heartbeat_waits_when_a_handler_cancelled_its_own_job_and_returned(aqueue):
+    """A task whose lease differs from the claim's wants a beat at once; its handler
+    cancels its own job and returns before that beat. The finished claim (or, told to
+    stop, the lost one) is no beat's to extend: the heartbeat waits, it does not turn
+    for ever (counted in its turns and its statements, not timed; the test above runs
+    a finished job's case on a loop of its own)."""
+    [claim] = await claims_of(aqueue, ["selfcancel"], lease=30)
+    app = pgbaton.App(aqueue.dsn, schema=aqueue.schema)
+
+    @app.task(name="selfcancel", lease=90)
+    async def selfcancel() -> str:
+        await aqueue.cancel(claim.id)
+        return "returned"
+
+    held = _CountedHeldJobs(4)
+    executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
+                        claim_lease=30, extend_one=_never_extend,
+                        start_ahead=_never_start, notify=ignore, on_dropped=ignore)
+    executor.start([claim], time.monotonic())
+    [running] = list(held)
+    assert running.needs_extend and running.handler is not None
+    await running.handler  # returned: its outcome waits for the completer
+    assert running.finished and held.outcomes
+    beats = 0
+    heartbeat_many = aqueue.heartbeat
+
+    async def counted(*args, **kwargs):
+        nonlocal beats
+        beats += 1
+        return await heartbeat_many(*args, **kwargs)
+
+    aqueue.heartbeat = counted  # type: ignore[method-assign]
+    heartbeat = Heartbeat(aqueue, held, default_lease=30, notify=ignore)
+    beating = asyncio.create_task(heartbeat.run())
+    for _ in range(20):  # the loop turns 20 times: a waiting heartbeat turns once at most
+        await asyncio.sleep(0)
+    assert not beating.done(), beating.exception()
+    assert held.turns <= 2 and beats == 0
+    # The same for a claim told to stop before its first beat, whose handler has not
+    # ended yet (the heartbeat found it cancelled, or the fence stopped it).
+    running.finished, running.needs_extend = False, True
+    held.lose(running, "cancelled")
+    held.changed.set()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not beating.done(), beating.exception()
+    assert held.turns <= 4 and beats == 0
+    beating.cancel()
+    await asyncio.gather(beating, return_exceptions=True)
+    executor.shutdown()
+
+
+async def test_a_failing_beat_for_a_lease_to_change_is_retried_after_a_pause(
+        aqueue, dsn, db):
+    """A job whose task's lease differs from its claim's asks for a beat at once. When
+    that beat fails with a passing error (here: the job's row locked by another session
+    past the role's lock_timeout, as fast as the server can say so), the flag stays set:
+    the heartbeat once sent the next beat at once, again and again, tens of thousands a
+    second. It now waits the probe interval between tries."""
+    role = f"pgbaton_beat_{uuid.uuid4().hex[:8]}"
+    db.execute(f'CREATE ROLE "{role}" LOGIN SUPERUSER')
+    db.execute(f"ALTER ROLE \"{role}\" SET lock_timeout = '5ms'")
+    await aqueue.enqueue("slow")
+    claims = await aqueue.claim("parts-test", limit=1, lease=30)
+    app = pgbaton.App(aqueue.dsn, schema=aqueue.schema)
+
+    @app.task(lease=5)  # not the claim's 30 s: a beat is due at once
+    async def slow() -> None:
+        await asyncio.sleep(3600)
+
+    held = HeldJobs(4)
+    executor = Executor(held=held, tasks=app.tasks, middlewares=[], worker_id="parts-test",
+                        claim_lease=30, extend_one=_never_extend,
+                        start_ahead=_never_start, notify=ignore, on_dropped=ignore)
+    locker = await psycopg.AsyncConnection.connect(dsn)
+    timed = pgbaton.AsyncQueue(psycopg.conninfo.make_conninfo(dsn, user=role),
+                               schema=aqueue.schema)
+    try:
+        await locker.execute(
+            f'SELECT 1 FROM "{aqueue.schema}".jobs WHERE id = %s FOR UPDATE',  # type: ignore[arg-type]
+            (claims[0].id,))
+        executor.start(claims, time.monotonic())
+        beats = 0
+        beat = timed.engine.heartbeat
+
+        async def counted(*args, **kwargs):
+            nonlocal beats
+            beats += 1
+            return await beat(*args, **kwargs)
+
+        timed.engine.heartbeat = counted  # the real statement, counted
+        heartbeat = asyncio.create_task(
+            Heartbeat(timed, held, default_lease=30, notify=ignore).run())
+        await asyncio.sleep(1.5)
+        heartbeat.cancel()
+        await asyncio.gather(heartbeat, return_exceptions=True)
+        assert not held.heartbeat_ok.is_set()  # the beats did fail
+        assert 1 <= beats <= 4, f"{beats} beats in 1.5 s"
+    finally:
+        for running in held:
+            if running.handler is not None:
+                running.handler.cancel()
+        await asyncio.gather(*(r.handler for r in held if r.handler), return_exceptions=True)
+        executor.shutdown()
+        await locker.rollback()
+        await locker.close()
+        await timed.close()
+        db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                   (role,))
+        for _ in range(50):
+            if not db.execute("SELECT 1 FROM pg_stat_activity WHERE usename = %s",
+                              (role,)).fetchone():
+                break
+            await asyncio.sleep(0.1)
+        db.execute(f'DROP ROLE "{role}"')

@@ -132,3 +132,25 @@ def test_a_drain_past_its_timeout_raises_and_hands_the_job_back(
         drain(app, timeout=0.5)
     row = db.execute("SELECT status, claim_token FROM jobs").fetchone()
     assert row == {"status": "pending", "claim_token": None}
+
+
+def test_emptying_the_schema_leaves_no_row_of_any_job(queue, db, dsn, schema):
+    """The test kit's reset (pgbaton_queue, pgbaton_app) gives ids from 1 again, so no
+    table may keep rows of a job: the next test's job 1 would replay the last one's
+    durable steps or take its events."""
+    from pgbaton.testing.fixtures import empty
+
+    job_id = queue.enqueue("t")
+    [claim] = queue.claim("w")
+    queue.send_event(job_id, "e", {"n": 1})
+    db.execute("INSERT INTO job_steps (job_id, seq, name, kind, result, finished_at) "
+               "VALUES (%s, 0, 's', 'step', '100', now())", (job_id,))
+    queue.write_logs([(claim, [{"message": "x"}], 0)])
+    empty(dsn, schema)
+    with_job_id = db.execute(
+        "SELECT table_name FROM information_schema.columns WHERE table_schema = %s"
+        " AND column_name IN ('job_id', 'id') AND table_name LIKE 'job%%'", (schema,)
+    ).fetchall()
+    for row in with_job_id:
+        count = db.execute(f'SELECT count(*) AS n FROM "{row["table_name"]}"').fetchone()
+        assert count["n"] == 0, row["table_name"]

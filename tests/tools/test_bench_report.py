@@ -1,11 +1,20 @@
-"""benchmarks/report.py's verdicts on issue 16's targets, and the raw-SQL loops' shape,
-judged on results made for each test."""
+"""benchmarks/report.py's verdicts on issue 16's targets, the checkout against the
+--base ref, issue 27's held xmin, and the raw-SQL loops' shape, judged on results made
+for each test."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report import evaluate_targets, summarize_results
+import pytest
+from benchmarks.held_xmin import Window, judge
+from benchmarks.report import (
+    compare_with_base,
+    evaluate_targets,
+    held_xmin_rows,
+    render,
+    summarize_results,
+)
 from benchmarks.systems.raw_system import RawSQL100, RawSQLInFlight
 
 ROLES = {"pgbaton": "subject", "pgbaton_b": "option", "pgqueuer": "peer",
@@ -79,3 +88,166 @@ def test_the_in_flight_ceiling_holds_at_most_n_jobs_and_the_batched_one_32_loops
     batched = RawSQL100("postgresql://unused")
     assert batched.loop_limits(8) == [100] * 8
     assert batched.loop_limits(128) == [100] * 32
+
+
+# -- against the base, and issue 27's held xmin --------------------------------------
+
+BASE_ROLES = {"pgbaton": ("subject", None), "pgbaton_base": ("base", "pgbaton"),
+              "pgbaton_b": ("option", None), "pgbaton_base_b": ("base", "pgbaton_b")}
+BASE_META = {
+    "plan": {**PLAN, "concurrency": [8, 32], "repeats": 3, "claim_rows": [],
+             "latency_concurrency": 8, "latency_warmup": 5, "latency_jobs": 60,
+             "latency_gap": [0.05, 0.15], "claim_pending": 1000, "claims": 500,
+             "xmin_rate": 2000},
+    "started_at": "2026-12-05T23:00:00+00:00", "duration_seconds": 600,
+    "machine": {"cpus": 2, "memory_gb": 8, "python": "3.11", "load_average_at_start": [0.1]},
+    "server": "test", "server_settings": {"server_version": "15"},
+    "command": "python -m benchmarks.run --base main",
+    "checkout": {"commit": "c" * 40, "subject": "this", "uncommitted_changes": False},
+    "base": {"ref": "main", "commit": "b" * 40, "subject": "the base"},
+}
+
+
+def based(values: dict[tuple[str, str, str], list[float]],
+          extra_runs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Results of a run with --base: one run per value, its repeats as given."""
+    systems = {name: {"role": role, "base_of": base_of, "label": name, "python": True,
+                      "concurrency_meaning": "N slots.", "settings": "defaults."}
+               for name, (role, base_of) in BASE_ROLES.items()}
+    runs = [{"case_id": case_id, "case": case_id.split("_c")[0], "system": system,
+             "repeat": n, "metrics": {metric: value}, "info": {}}
+            for (case_id, system, metric), repeats in values.items()
+            for n, value in enumerate(repeats)]
+    made = {"meta": BASE_META, "systems": systems, "runs": runs + (extra_runs or []),
+            "profile": None}
+    made["summary"] = summarize_results(made)
+    return made
+
+
+def by_row(made: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(r["case_id"], r["metric"], r["checkout"]): r
+            for r in compare_with_base(made, made["summary"])}
+
+
+def test_the_checkout_within_3_percent_of_the_base_or_not_each_way() -> None:
+    """Throughput may be at most 3% lower, latency at most 3% higher; better is within."""
+    made = based({
+        ("drain_c32", "pgbaton", "jobs_per_s"): [9_800, 9_700, 9_900],
+        ("drain_c32", "pgbaton_base", "jobs_per_s"): [10_000, 9_000, 11_000],
+        ("drain_c8", "pgbaton", "jobs_per_s"): [9_000],
+        ("drain_c8", "pgbaton_base", "jobs_per_s"): [10_000],
+        ("enqueue_single", "pgbaton", "jobs_per_s"): [1_200],
+        ("enqueue_single", "pgbaton_base", "jobs_per_s"): [1_000],
+        ("latency", "pgbaton", "p50_ms"): [1.05],
+        ("latency", "pgbaton_base", "p50_ms"): [1.0],
+        ("latency", "pgbaton", "ack_p50_ms"): [0.5],
+        ("latency", "pgbaton_base", "ack_p50_ms"): [0.6],
+        ("drain_c32", "pgbaton_base_b", "jobs_per_s"): [20_000],
+    })
+    rows = by_row(made)
+    c32 = rows["drain_c32", "jobs_per_s", "pgbaton"]
+    assert c32["base"] == "pgbaton_base"
+    assert round(c32["ratio"], 3) == 0.98 and c32["within"] is True
+    # Half the range of the repeats, in percent of the median: ±1% and ±10%.
+    assert round(c32["checkout_noise_pct"]) == 1 and round(c32["base_noise_pct"]) == 10
+    assert rows["drain_c8", "jobs_per_s", "pgbaton"]["within"] is False  # 10% slower
+    assert rows["drain_c8", "jobs_per_s", "pgbaton"]["checkout_noise_pct"] is None  # one run
+    assert rows["enqueue_single", "jobs_per_s", "pgbaton"]["change_pct"] == pytest.approx(20)
+    assert rows["latency", "p50_ms", "pgbaton"]["within"] is False  # 5% later to start
+    assert rows["latency", "ack_p50_ms", "pgbaton"]["within"] is True
+    # The checkout's claiming ahead was not run: not measured, never within; where
+    # neither side of that pair ran, there is no row.
+    b = rows["drain_c32", "jobs_per_s", "pgbaton_b"]
+    assert b["base"] == "pgbaton_base_b" and b["ratio"] is None and b["within"] is None
+    assert ("drain_c8", "jobs_per_s", "pgbaton_b") not in rows
+    assert ("enqueue_single", "jobs_per_s", "pgbaton_b") not in rows
+
+
+def test_the_against_the_base_section_renders_ratios_verdicts_and_noise() -> None:
+    made = based({
+        ("drain_c32", "pgbaton", "jobs_per_s"): [9_800, 9_700, 9_900],
+        ("drain_c32", "pgbaton_base", "jobs_per_s"): [10_000, 9_000, 11_000],
+        ("enqueue_single", "pgbaton", "jobs_per_s"): [900],
+        ("enqueue_single", "pgbaton_base", "jobs_per_s"): [1_000],
+        ("drain_c32", "pgbaton_base_b", "jobs_per_s"): [20_000],
+    })
+    text = render(made)
+    section = text.split("## Against the base", 1)[1].split("\n## ", 1)[0]
+    assert "`main` (bbbbbbbbbb" in section and "checkout (cccccccccc)" in section
+    drain = next(line for line in section.splitlines()
+                 if line.startswith("| Drain 1,000 no-op jobs, concurrency 32 (jobs/s), pgbaton |"))
+    assert "| 0.980\u00d7 | -2.0% | **yes** | ±1% / ±10% |" in drain
+    single = next(line for line in section.splitlines()
+                  if line.startswith("| Enqueue, one job per call (jobs/s), pgbaton |"))
+    assert "| 0.900\u00d7 | -10.0% | no | one run: unknown |" in single
+    b = next(line for line in section.splitlines()
+             if "concurrency 32 (jobs/s), pgbaton_b |" in line)
+    assert "not measured" in b
+
+
+def test_without_a_base_the_report_has_no_such_section() -> None:
+    made = based({("drain_c32", "pgbaton", "jobs_per_s"): [10_000]})
+    made["meta"] = {k: v for k, v in BASE_META.items() if k != "base"}
+    assert "Against the base" not in render(made)
+
+
+def xmin_run(system: str, case_id: str, **metrics: float) -> dict[str, Any]:
+    return {"case_id": case_id, "case": "held_xmin", "system": system, "repeat": 0,
+            "metrics": metrics, "info": {"rate": 2000, "hold_seconds": 90.0}}
+
+
+def test_the_held_xmin_section_judges_each_system_as_the_test_does() -> None:
+    """Completions: the worst window of the hold at 90% of offered or more; wait p99:
+    never two windows in a row at 1 s or past it."""
+    good = {"offered_per_s": 1990.0, "hold_done_ratio": 0.99, "hold_done_ratio_min": 0.95,
+            "hold_wait_p50_ms": 12.0, "hold_wait_p99_ms": 240.0,
+            "hold_wait_p99_max_ms": 1100.0, "hold_wait_p99_streak": 1,
+            "dead_tuples_end": 180_000, "table_mb_end": 61.5}
+    made = based({}, [
+        xmin_run("pgbaton", "held_xmin", **good),
+        xmin_run("pgbaton_base", "held_xmin",
+                 **{**good, "hold_done_ratio_min": 0.4, "hold_wait_p99_streak": 6}),
+        xmin_run("pgbaton", "held_xmin_readers", **{**good, "hold_done_ratio_min": 0.9}),
+        {"case_id": "held_xmin_readers", "case": "held_xmin", "system": "pgbaton_base",
+         "repeat": 0, "error": "pgbaton_base worker stopped unexpectedly"},
+    ])
+    rows = {(r["case_id"], r["system"]): r for r in held_xmin_rows(made)}
+    assert (rows["held_xmin", "pgbaton"]["done_met"], rows["held_xmin", "pgbaton"]["wait_met"]
+            ) == (True, True)
+    assert (rows["held_xmin", "pgbaton_base"]["done_met"],
+            rows["held_xmin", "pgbaton_base"]["wait_met"]) == (False, False)
+    assert rows["held_xmin_readers", "pgbaton"]["done_met"] is True  # 90% is enough
+    assert "error" in rows["held_xmin_readers", "pgbaton_base"]
+    section = render(made).split("## Issue 27's held xmin", 1)[1].split("\n## ", 1)[0]
+    assert "offers 2,000 jobs/s" in section
+    lines = section.splitlines()
+    assert ("| idle holder | pgbaton | 1,990 of 2,000 | 99% (95%) | **met** | "
+            "12 / 240 ms (1,100 ms) | **met** | 180,000 | 61.5 |") in lines
+    assert any(line.startswith("| idle holder | pgbaton_base |") and "| missed |" in line
+               for line in lines)
+    assert any(line.startswith("| scanning readers | pgbaton_base | failed: pgbaton_base "
+                               "worker stopped") for line in lines)
+
+
+def test_a_run_without_the_held_xmin_case_has_no_such_section() -> None:
+    made = based({("drain_c32", "pgbaton", "jobs_per_s"): [10_000]})
+    assert held_xmin_rows(made) == []
+    assert "held xmin" not in render(made)
+
+
+def test_the_hold_is_judged_on_its_windows() -> None:
+    """judge(): the worst window's completions, the longest run of windows whose wait
+    p99 is at or past 1 s; a window with jobs offered and none started counts as past."""
+    def window(phase: str, finished: int, p99: float | None) -> Window:
+        return Window(0.0, phase, finished, 1000, 0, 0.01, p99, 0)
+
+    verdict = judge([window("warmup", 0, None), window("hold", 950, 1.2),
+                     window("hold", 890, 0.2), window("hold", 0, None),
+                     window("hold", 900, 1.0), window("after", 0, 9.0)])
+    assert verdict["done_ratio_min"] == 0.0 and verdict["done_met"] is False
+    assert verdict["wait_p99_streak"] == 2 and verdict["wait_met"] is False
+    assert verdict["windows"] == 4
+    calm = judge([window("hold", 950, 1.5), window("hold", 900, 0.3),
+                  window("hold", 1000, 1.1)])
+    assert calm["done_met"] is True and calm["wait_met"] is True
+    assert calm["wait_p99_max_s"] == 1.5

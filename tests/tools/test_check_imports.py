@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import runpy
 import subprocess
 import sys
 import textwrap
@@ -52,3 +54,16 @@ def test_type_checking_imports_and_a_line_of_imports_pass(tmp_path):
         "c": "import json\n",
     })
     assert (done.returncode, done.stderr) == (0, "")
+
+
+
+def test_the_data_planes_layers_name_modules_of_pgbaton_and_hold():
+    """pgbaton's face, engine, pool and parameters import only downwards (the tool
+    passes on the package as it is), and every module LAYERS names exists."""
+    done = subprocess.run([sys.executable, str(TOOL)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    tool = runpy.run_path(str(TOOL))
+    for layer in tool["LAYERS"]:
+        for module in layer:
+            importlib.import_module(module)

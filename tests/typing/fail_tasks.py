@@ -26,3 +26,13 @@ resize_image.enqueue({"image_id": 7}, priority="high")  # E: arg-type
 send_receipt.defer(orderid=1)  # E: call-arg
 send_receipt(order_id=1)  # E: call-arg
 size: int = resize_image(7)  # E: assignment
+app.task(retry_on=[ValueError])  # E: call-overload
+app.task(retry=lambda attempt, error, extra: 1.0)  # E: arg-type
+
+
+def soon(attempt: int) -> str:
+    return "soon"
+
+
+app.task(retry=soon)  # E: arg-type
+app.task(retry=30)  # E: call-overload

@@ -24,6 +24,27 @@ def send_receipt(ctx: pgbaton.JobContext, order_id: int) -> None:
     print(ctx.idempotency_key, order_id)
 
 
+def by_error(attempt: int, error: BaseException) -> float | None:
+    return 5.0 if isinstance(error, TimeoutError) and attempt < 3 else None
+
+
+@app.task(retry=by_error, retry_on=(TimeoutError, ConnectionError), max_snoozes=50)
+def call_the_bank(payment_id: int) -> None:
+    if payment_id < 0:
+        raise pgbaton.Discard("no such payment")
+    if payment_id == 0:
+        raise pgbaton.Cancel("refunded by hand")
+    raise pgbaton.Snooze(60, note="the bank is closed")
+
+
+@app.task(retry=lambda attempt, error: 1.0)
+def two_argument_lambda() -> None: ...
+
+
+@app.task(retry=lambda attempt: None)
+def one_argument_lambda() -> None: ...
+
+
 def use(conn: psycopg.Connection[object], ctx: pgbaton.JobContext) -> None:
     size: str = resize_image(7, width=100)
     print(size)
@@ -40,3 +61,19 @@ async def use_async() -> None:
     job_id: int = await charge.defer_async(customer_id=1, amount=100)
     job_id = await charge.using(priority=5).defer_async(1, 100)
     print(job_id)
+
+
+# retry= takes what the worker accepts (docs/howto/retries.md): a Backoff, or any
+# callable of the attempt returning seconds, or None for the default backoff.
+@app.task(retry=pgbaton.Backoff(base=2.0, cap=600.0))
+def with_backoff() -> None:
+    return None
+
+
+def after_three(attempt: int) -> float | None:
+    return None if attempt < 3 else 60.0
+
+
+@app.task(retry=after_three)
+def with_policy() -> None:
+    return None

@@ -34,7 +34,7 @@ HOSTILE: list[bytes] = [
 ]
 VALUES = st.one_of(st.sampled_from(HOSTILE), st.binary(max_size=400),
                    st.text(max_size=300).map(lambda t: t.encode("utf-8", "surrogatepass")))
-FILTERS = ("status", "queue", "task", "key", "q", "since", "until")
+FILTERS = ("status", "queue", "task", "key", "q", "since", "until", "ids")
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -61,6 +61,8 @@ GET_ROUTES = [
     "/?partial={v}", "/jobs?{f}={v}", "/jobs?limit={v}", "/jobs?before={v}", "/jobs/{v}",
     "/jobs/{v}?done={v}", "/jobs/bulk?action={v}&{f}={v}",
     "/jobs/bulk?action=priority&priority={v}&{f}={v}", "/queues?done={v}",
+    "/jobs?partial=tabs&{f}={v}", "/jobs/bulk?action=retry&ids={v}&ids={v}",
+    "/workers?{f}={v}",
     "/periodic?{f}={v}", "/healthz?{f}={v}", "/metrics?{f}={v}", "/static/{v}", "/{v}",
 ]
 
@@ -152,7 +154,7 @@ def test_with_the_database_down_every_route_is_a_503_or_a_4xx(
         assert page.status_code == 503
         token = token_in(client.get("/no-such-page", headers={"Accept": "text/html"}).text)
         for path in ("/", "/jobs", "/jobs/5", "/jobs/bulk?action=retry", "/queues",
-                     "/periodic", "/health", "/metrics"):
+                     "/workers", "/periodic", "/health", "/metrics"):
             answer = client.get(path)
             assert answer.status_code in (200, 503), (path, answer.status_code, answer.text)
         assert client.get("/jobs").status_code == 503

@@ -3,6 +3,7 @@ exists only while an overview page holds the live stream open."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -78,3 +79,51 @@ def test_the_live_session_lives_only_while_a_page_watches(
     finally:
         stream.close()
     until(lambda: listening() == 0, "the LISTEN session to close")
+
+
+async def test_a_page_that_opens_the_stream_is_sent_no_older_overview(dsn: str) -> None:
+    """A page renders the overview fresh, then opens the stream. The hub once handed
+    each new subscriber the last panel it had rendered, older than that page whenever
+    the data changed between the two (and another page kept the hub running), and the
+    page then showed the old counts until the next change: the browser test's hostile
+    queue missing from the overview. A new subscriber now wakes a render instead."""
+    from pgbaton.web.live import LiveHub
+
+    state = {"html": "before the change"}
+
+    async def render() -> str:
+        return state["html"]
+
+    hub = LiveHub(dsn, "pgbaton_test_no_such_channel", render, poll_seconds=60)
+    try:
+        first_page = hub.subscribe()
+        assert await asyncio.wait_for(first_page.get(), WAIT) == "before the change"
+        state["html"] = "after the change"  # what the second page was rendered with
+        second_page = hub.subscribe()
+        assert await asyncio.wait_for(second_page.get(), WAIT) == "after the change"
+        assert await asyncio.wait_for(first_page.get(), WAIT) == "after the change"
+    finally:
+        await hub.stop()
+
+
+async def test_a_page_rendered_between_two_equal_panels_still_gets_one(dsn: str) -> None:
+    """A page rendered while the counts were briefly other than the hub's last panel,
+    which subscribes once they are back to it: the hub's next render equals its last,
+    so a hub that sends only changes would leave that page showing the brief counts."""
+    from pgbaton.web.live import LiveHub
+
+    state = {"html": "steady"}
+
+    async def render() -> str:
+        return state["html"]
+
+    hub = LiveHub(dsn, "pgbaton_test_no_such_channel", render, poll_seconds=60)
+    try:
+        first_page = hub.subscribe()
+        assert await asyncio.wait_for(first_page.get(), WAIT) == "steady"
+        # The second page was rendered with a brief "blip"; by its subscribe, "steady" again.
+        second_page = hub.subscribe()
+        assert await asyncio.wait_for(second_page.get(), WAIT) == "steady"
+        assert first_page.empty()  # nothing changed for the first page: nothing sent
+    finally:
+        await hub.stop()

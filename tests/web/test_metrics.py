@@ -60,6 +60,14 @@ async def test_a_worker_serves_its_counters(dsn: str, schema: str,
     async def broken() -> None:
         raise ValueError("no")
 
+    @app.task
+    async def later() -> None:
+        raise pgbaton.Snooze(3600)
+
+    @app.task
+    async def hopeless() -> None:
+        raise pgbaton.Discard("never")
+
     app.queue.migrate()
     port = free_port()
     server, thread, _ = metrics.serve(app, port)
@@ -67,11 +75,14 @@ async def test_a_worker_serves_its_counters(dsn: str, schema: str,
         for n in range(3):
             fine.enqueue({"n": n})
         broken.enqueue()
+        later.enqueue()
+        hopeless.enqueue()
         worker = Worker(app, WorkerConfig(maintenance=False, poll_interval=0.1))
         run = asyncio.create_task(worker.run())
         for _ in range(600):
             left = db.execute("SELECT count(*) AS n FROM jobs "
-                              "WHERE status IN ('pending', 'running')").fetchone()
+                              "WHERE status = 'running' OR "
+                              "(status = 'pending' AND run_at <= now())").fetchone()
             if left is not None and left["n"] == 0:
                 break
             await asyncio.sleep(0.05)
@@ -88,6 +99,9 @@ async def test_a_worker_serves_its_counters(dsn: str, schema: str,
     assert found[("pgbaton_jobs_total", fine_labels)] == 3
     broken_labels = (("outcome", "failed"), ("queue", "default"), ("task", "broken"))
     assert found[("pgbaton_jobs_total", broken_labels)] == 1
+    for task, outcome in (("later", "snoozed"), ("hopeless", "discarded")):
+        labels = (("outcome", outcome), ("queue", "default"), ("task", task))
+        assert found[("pgbaton_jobs_total", labels)] == 1
     assert found[("pgbaton_job_run_seconds_count",
                   (("queue", "default"), ("task", "fine")))] == 3
     assert found[("pgbaton_job_queue_seconds_count",

@@ -50,14 +50,16 @@ from ..errors import ConfigurationError, ConnectionFailed, InvalidArgument, Pgba
 from ..job_filter import filter_of
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
-from ..models import STATES, Enqueued, Job
+from ..models import STATES, Enqueued, Job, JobLog, Step
 from ..queue import Queue
 from ..queue_async import AsyncQueue
 from ..showcase.lab import lab
 from ..unique import CONFLICTS, DEFAULT_STATES, Unique
 from ..web import command as web_command
+from .args import rotate_keys, tasks
 from .bulk import add_bulk_form
 from .queues import queue_group
+from .schedules import schedule_group
 
 logger = logging.getLogger("pgbaton.cli")
 
@@ -89,7 +91,7 @@ class _Command(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (PgbatonError, ValueError) as error:
+        except (PgbatonError, ValueError, RecursionError) as error:  # JSON nested too deep
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             _fail(str(error), 1)
@@ -238,13 +240,19 @@ def load_app(spec: str) -> App:
                    "them (docs/scaling.md).")
 @click.option("--no-vacuum", is_flag=True,
               help="Leave the jobs table to autovacuum: the leader never VACUUMs it.")
+@click.option("--no-job-logs", is_flag=True,
+              help="Keep nothing handlers log with their jobs (`pgbaton show ID --logs`); "
+                   "the worker's own log is the same either way.")
+@click.option("--job-log-level", type=click.Choice(logs.LEVELS, case_sensitive=False),
+              default="INFO", show_default=True,
+              help="Least severe records kept with each job's attempt.")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
     queues: str | None, concurrency: int, processes: int, claim_ahead: int,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     listen_dsn: str | None, connect_timeout: float, log_level: str, log_format: str,
     stats_file: str | None, metrics_port: int | None, retention_mode: str,
-    vacuum_dead_tuples: int, no_vacuum: bool,
+    vacuum_dead_tuples: int, no_vacuum: bool, no_job_logs: bool, job_log_level: str,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP until SIGTERM or SIGINT.
 
@@ -286,6 +294,7 @@ def worker(
         connect_timeout=connect_timeout,
         retention_mode=retention_mode,
         vacuum_dead_tuples=None if no_vacuum else vacuum_dead_tuples,
+        job_logs=not no_job_logs, job_log_level=job_log_level,
     )
     if processes > 1:  # a refusal is one line here, not one per worker process
         plan_sessions(config, dsn)
@@ -484,6 +493,17 @@ def jobs(
     if as_json:
         _print_json([_job_fields(job) for job in found])
         return
+    if status == "running":  # how far each is, as its handler last said
+        _table(
+            "jobs", ["id", "queue", "task", "attempts", "key", "started_at", "progress"],
+            [
+                [j.id, j.queue, j.task, f"{j.attempts}/{j.max_attempts}", j.key,
+                 j.started_at.isoformat(timespec="seconds") if j.started_at else "",
+                 progress_text(j)]
+                for j in found
+            ],
+        )
+        return
     _table(
         "jobs", ["id", "queue", "task", "state", "attempts", "key", "run_at", "last error"],
         [
@@ -499,16 +519,27 @@ def jobs(
 @click.argument("job_id", type=WHOLE_NUMBER)
 @connection_options
 @json_option
-def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: bool) -> None:
-    """Show one job, with every attempt's error."""
+@click.option("--logs", "with_logs", is_flag=True,
+              help="Also print what its handler logged, run by run.")
+def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: bool,
+         with_logs: bool) -> None:
+    """Show one job, with every attempt's error (and with --logs its log lines)."""
     with _queue(dsn, schema, embedded) as queue:
         job = queue.get(job_id)
+        kept = queue.logs(job_id) if with_logs and job is not None else []
+        steps = queue.steps(job_id) if job is not None else []
     if job is None:
         raise PgbatonError(f"no job {job_id} in schema {queue.schema!r}")
     if as_json:
-        _print_json(_job_fields(job))
+        shown = {**_job_fields(job), "steps": [_step_fields(s) for s in steps]}
+        if with_logs:
+            shown["logs"] = [dataclasses.asdict(k) for k in kept]
+        _print_json(shown)
         return
     fields = _job_fields(job)
+    if job.progress is not None or job.progress_note is not None:
+        fields["progress"] = progress_text(job)  # "40% rows", one line for a person
+        del fields["progress_note"]
     errors = fields.pop("errors")
     if fields["worker_id"] is None and errors and errors[-1].get("worker_id"):
         # A failed job's holder is cleared; where its last attempt ran is in its error.
@@ -527,6 +558,60 @@ def show(job_id: int, dsn: str | None, schema: str, embedded: bool, as_json: boo
             # printable() shows escape characters escaped; newlines are kept per line.
             for line in tracebacks.folded(str(error["traceback"])).rstrip("\n").split("\n"):
                 click.echo("    " + printable(line))
+    _show_steps(job, steps)
+    if with_logs:
+        _print_logs(kept)
+
+
+def _step_fields(step: Step) -> dict[str, Any]:
+    """A durable step as `show --json` gives it: its row, its state and duration."""
+    return {**dataclasses.asdict(step), "state": step.state, "duration": step.duration}
+
+
+def _show_steps(job: Job, steps: list[Step]) -> None:
+    """The job's durable steps (docs/howto/durable-steps.md), and what a suspended job
+    sleeps until or waits for."""
+    if not steps:
+        return
+    _table(f"steps of job {job.id}", ["seq", "name", "kind", "state", "seconds", "bytes"],
+           [[s.seq, s.name, s.kind, s.state,
+             "" if s.duration is None else f"{s.duration:.3f}", s.size or ""]
+            for s in steps])
+    last = steps[-1]
+    if job.status == "pending" and last.finished_at is None:
+        if last.kind == "sleep":
+            click.echo(f"sleeping until {job.run_at.isoformat(timespec='seconds')}")
+        else:
+            deadline = ("no timeout" if last.until is None
+                        else f"until {last.until.isoformat(timespec='seconds')}")
+            click.echo(printable(f"waiting for event {last.name!r} ({deadline})"))
+
+
+def _print_logs(kept: list[JobLog]) -> None:
+    """Each run's lines under its label ("attempt 1, run 2 (snoozed)"), in the order
+    the runs ran; printable() shows escapes escaped."""
+    if not kept:
+        click.echo("no log lines kept for this job")
+    for attempt_log in kept:
+        click.echo(f"logs of {attempt_log.label}:")
+        for entry in attempt_log.lines:
+            head, *rest = str(entry.get("message", "")).split("\n")
+            click.echo(printable(
+                f"  {entry.get('at')} {entry.get('level')} {entry.get('logger')}: {head}"))
+            for line in rest:
+                click.echo("      " + printable(line))
+        if (marker := attempt_log.marker()) is not None:
+            click.echo(f"  {marker}")
+
+
+def progress_text(job: Job) -> str:
+    """A job's progress in a few words: "40% exporting rows", "(earlier attempt) 40%"."""
+    if job.progress is None and job.progress_note is None:
+        return ""
+    words = [] if job.progress is None else [f"{job.progress * 100:.0f}%"]
+    if job.progress_note is not None:
+        words.append(printable(job.progress_note))
+    return ("(earlier attempt) " if job.progress_stale else "") + " ".join(words)
 
 
 def _job_fields(job: Job) -> dict[str, Any]:
@@ -641,6 +726,9 @@ def demo(dsn: str | None, dashboard: bool, port: int, keep: bool) -> None:
 main.add_command(doctor)
 main.add_command(lab)
 main.add_command(queue_group)
+main.add_command(tasks)
+main.add_command(rotate_keys)
+main.add_command(schedule_group)
 main.add_command(web_command.dashboard)
 main.add_command(web_command.metrics)
 add_bulk_form(retry, "retry")

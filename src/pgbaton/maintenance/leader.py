@@ -61,7 +61,7 @@ class Leader:
                 conn = await self._connect()
                 async with conn:
                     while True:
-                        if await self.queue.leader_try_acquire(conn):
+                        if await self.queue.engine.leader_try_acquire(conn):
                             logger.info("this worker is now the maintenance leader")
                             self.is_leader = True
                             self._notify("leader.elected", None)
@@ -86,7 +86,7 @@ class Leader:
                         await self._run_service(service)
                         due[service.name] = loop.time() + service.interval
                 # Proves the session that holds the lock is still alive; raises if not.
-                await self.queue.ping(conn)
+                await self.queue.engine.ping(conn)
                 await asyncio.sleep(max(self.tick, min(due.values()) - loop.time()))
         finally:
             # Lost the lock, or stopping: what a service left running must not outlive

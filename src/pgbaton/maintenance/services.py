@@ -5,16 +5,26 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from croniter import croniter
-
-from ..app import Periodic
-from ..errors import ConfigurationError
+from .._transient import is_transient
+from ..app import Task
+from ..cron import cron_of, plan
+from ..errors import ConfigurationError, InvalidArgument
 from ..queue_async import AsyncQueue
+from ..schedules import (
+    CODE_SCHEDULE_GRACE,
+    Schedule,
+    job_for_tick,
+    schedule_event,
+    unreadable,
+)
 
 logger = logging.getLogger("pgbaton.maintenance")
+# One due schedule as the scheduler writes it: the row read, its jobs, its new
+# last_tick and next_tick (AsyncQueue.fire_schedules).
+Fire = tuple[Schedule, list[dict[str, Any]], dt.datetime, dt.datetime]
 
 
 class Service(Protocol):
@@ -49,7 +59,7 @@ class Reaper:
         pass
 
     async def run_once(self) -> int:
-        reaped = await self.queue.reap()
+        reaped = await self.queue.engine.reap()
         if reaped:
             logger.info("reaped %d jobs whose lease expired", reaped)
         return reaped
@@ -115,15 +125,15 @@ class Pruner:
         behind = False
         if self.mode == "history":
             counts["job.archived"], behind = await self._batches(
-                lambda: self.queue.archive(after=self.history_after,
-                                           partition=self.history_partition,
-                                           limit=self.BATCH),
+                lambda: self.queue.engine.archive(after=self.history_after,
+                                                  partition=self.history_partition,
+                                                  limit=self.BATCH),
                 deadline,
             )
-            counts["history.dropped"] = await self.queue.drop_history(
-                retention=self.retention)
+            counts["history.dropped"] = await self.queue.engine.drop_history(
+                retention=self.retention, lock_wait=self.queue.history_lock_wait)
         counts["job.pruned"], pruning_behind = await self._batches(
-            lambda: self.queue.prune(retention=self.retention, limit=self.BATCH), deadline
+            lambda: self.queue.engine.prune(retention=self.retention, limit=self.BATCH), deadline
         )
         behind = behind or pruning_behind
         self.interval = min(self.every, self.BEHIND_INTERVAL) if behind else self.every
@@ -213,7 +223,7 @@ class Vacuumer:
 
     async def _vacuum(self) -> int:
         try:
-            return await self.queue.vacuum(min_dead=self.min_dead,
+            return await self.queue.engine.vacuum(min_dead=self.min_dead,
                                            min_dead_share=self.MIN_DEAD_SHARE)
         except ConfigurationError as error:
             self.allowed = False
@@ -241,73 +251,169 @@ class Ager:
         pass
 
     async def run_once(self) -> int:
-        aged = await self.queue.age_priorities()
+        aged = await self.queue.engine.age_priorities()
         if aged:
             logger.info("raised the priority of %d jobs that waited long", aged)
         return aged
 
 
 class Scheduler:
-    """Enqueues each periodic schedule's job at each of its cron ticks, keyed by the
-    schedule and the tick so that a tick is enqueued once however many leaders come
-    and go."""
+    """Enqueues the ticks of the schedules table's due rows (docs/schedules.md): each
+    run reads the rows whose next tick has passed, plans their ticks with the row's
+    catch-up policy, and enqueues them all with the rows' progress in one transaction,
+    keyed by the schedule and the tick so that a tick is enqueued once however many
+    leaders come and go. Nothing is kept between runs but the clean-up's time: a
+    change to a row holds from the next run. `clock` gives now (tests drive it);
+    `sync` writes the App's code schedules, at the first run of each term. A row this
+    host cannot plan (a time zone its tz database lacks, a cron written by hand) is
+    left out, with one warning, until its definition changes."""
 
     name = "scheduler"
     event = None
+    FAILED_PAUSE = dt.timedelta(seconds=60)  # a row that cannot make its jobs waits
+    CLEAN_UP_EVERY = dt.timedelta(minutes=1)
 
     def __init__(
         self,
         queue: AsyncQueue,
-        periodics: Sequence[Periodic],
+        tasks: Mapping[str, Task],
         interval: float,
         catch_up: float = 10.0,
+        *,
+        clock: Callable[[], dt.datetime] | None = None,
+        sync: Callable[[dt.datetime], Awaitable[None]] | None = None,
+        grace: dt.timedelta = CODE_SCHEDULE_GRACE,
+        worker_id: str | None = None,
     ) -> None:
         self.queue = queue
-        self.periodics = list(periodics)
+        self.tasks = tasks
         self.interval = interval
-        self.catch_up = dt.timedelta(seconds=catch_up)
-        self._next: dict[int, dt.datetime] = {}
+        self.catch_up = catch_up  # the handover window, in seconds
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.sync = sync
+        self.grace = grace
+        self._synced = False
+        self._cleaned_at: dt.datetime | None = None
+        self._failed: dict[str, dt.datetime] = {}
+        # Rows that cannot be planned here, by name, with the revision warned about:
+        # left out of the due read until an operator's change raises the revision.
+        self._unusable: dict[str, int] = {}
+        self.worker_id = worker_id
 
     def on_elected(self) -> None:
-        # A new term starts afresh: ticks are computed from the clock, not remembered
-        # from a term that may have ended long ago.
-        self._next.clear()
+        self._synced = False
+        self._cleaned_at = None
 
     def on_deposed(self) -> None:
         pass
 
     async def run_once(self) -> int:
-        now = dt.datetime.now(dt.UTC)
-        jobs: list[dict[str, Any]] = []
-        for index, periodic in enumerate(self.periodics):
+        now = self.clock()
+        if not self._synced and self.sync is not None:
+            await self.sync(now)
+        self._synced = True
+        if self._cleaned_at is None or now - self._cleaned_at >= self.CLEAN_UP_EVERY:
+            self._cleaned_at = now
+            for name in await self.queue.delete_missing_schedules(before=now - self.grace):
+                logger.warning("deleted schedule %r: missing from the code of every worker "
+                               "started in the last %s", name, self.grace)
+        fires = []
+        if self._unusable:
+            await self._recheck_unusable()
+        for schedule in await self.queue.schedules_due(now, passed=self._unusable):
+            if self._failed.get(schedule.name, now) > now:
+                continue
             try:
-                jobs += self._due(index, periodic, now)
+                fires.append(self._plan(schedule, now))
+            except InvalidArgument as error:
+                self._left_out(schedule, error)
             except Exception:
-                # One schedule that cannot make its job must not stop the others, nor
-                # the reaper that runs beside them.
-                logger.exception("periodic schedule %r of task %r failed; skipping its "
-                                 "tick", periodic.cron, periodic.task.name)
-                self._next[index] = now + dt.timedelta(seconds=60)
-        if jobs:
-            await self.queue.enqueue_many(jobs)
-        return len(jobs)
+                self._failing(schedule, now)
+        if not fires:
+            return 0
+        try:
+            written = await self.queue.fire_schedules([fire for fire, _ in fires])
+        except Exception as error:
+            if is_transient(error) or len(fires) == 1:
+                raise
+            # One schedule's jobs refused (a key another task's job holds, say): each on
+            # its own, so that it alone waits.
+            written = []
+            for fire, _ in fires:
+                try:
+                    written += await self.queue.fire_schedules([fire])
+                except Exception as each:
+                    if is_transient(each):
+                        raise
+                    self._failing(fire[0], now)
+                    written.append(None)
+        events = self.queue.events
+        for (fire, dropped), ids in zip(fires, written, strict=True):
+            if ids and events.active:
+                schedule = fire[0]
+                event = schedule_event("schedule.enqueued", schedule, None,
+                                       ticks=[job["run_at"].astimezone(dt.UTC).isoformat()
+                                              for job in fire[1]])
+                event.job_id, event.count = ids[-1], len(ids)
+                event.worker_id = self.worker_id
+                events.emit(event)
+            if ids is not None and dropped:
+                schedule = fire[0]
+                if events.active:
+                    # The count is a floor (a long outage is not walked to its end);
+                    # the span the ticks were missed in is exact.
+                    edge = now - dt.timedelta(seconds=self.catch_up)
+                    event = schedule_event(
+                        "schedule.skipped", schedule, None, catch_up=schedule.catch_up,
+                        catch_up_limit=schedule.catch_up_limit,
+                        missed_after=None if schedule.last_tick is None
+                        else schedule.last_tick.astimezone(dt.UTC).isoformat(),
+                        missed_before=edge.astimezone(dt.UTC).isoformat())
+                    event.count, event.worker_id = dropped, self.worker_id
+                    events.emit(event)
+                logger.warning(
+                    "schedule %r: ticks missed while no worker led were not enqueued "
+                    "(catch_up=%s%s)", schedule.name, schedule.catch_up,
+                    f", limit {schedule.catch_up_limit}" if schedule.catch_up == "all"
+                    else "",
+                )
+        return sum(len(ids) for ids in written if ids is not None)
 
-    def _due(self, index: int, periodic: Periodic, now: dt.datetime) -> list[dict[str, Any]]:
-        jobs: list[dict[str, Any]] = []
-        if index not in self._next:
-            # Ticks that fell due while no one led (the old leader died, this one was
-            # elected) are enqueued now; those the old leader did enqueue are skipped
-            # by their idempotency key. The window bounds it: a handover that takes
-            # longer than catch_up loses the ticks before it.
-            self._next[index] = croniter(periodic.cron, now - self.catch_up).get_next(
-                dt.datetime
-            )
-        while self._next[index] <= now:
-            tick = self._next[index]
-            options = periodic.task.job_options(
-                periodic.args,
-                {"run_at": tick, "idempotency_key": periodic.idempotency_key(tick)},
-            )
-            jobs.append({"task": periodic.task.name, "args": periodic.args, **options})
-            self._next[index] = croniter(periodic.cron, tick).get_next(dt.datetime)
-        return jobs
+    def _left_out(self, schedule: Schedule, error: InvalidArgument) -> None:
+        """A row whose definition this host cannot use: one warning, then left out of
+        the due read until its revision changes (an operator's fix)."""
+        self._unusable[schedule.name] = schedule.revision
+        logger.warning("schedule %r is skipped until it is changed: it %s",
+                       schedule.name, unreadable(schedule, error))
+
+    async def _recheck_unusable(self) -> None:
+        """Forget the rows left out whose revision moved (changed, paused, removed):
+        the next due read plans them afresh."""
+        current = await self.queue.schedule_revisions(list(self._unusable))
+        for name, revision in list(self._unusable.items()):
+            if current.get(name) != revision:
+                del self._unusable[name]
+
+    def _failing(self, schedule: Schedule, now: dt.datetime) -> None:
+        """One schedule that cannot make its jobs must not stop the others, nor the
+        reaper that runs beside them: logged, and left alone for FAILED_PAUSE."""
+        logger.exception("schedule %r (task %r) failed; it is tried again in %s",
+                         schedule.name, schedule.task, self.FAILED_PAUSE)
+        self._failed[schedule.name] = now + self.FAILED_PAUSE
+
+    def _plan(self, schedule: Schedule, now: dt.datetime) -> tuple[Fire, int]:
+        """The schedule's jobs and progress at now, and how many missed ticks its
+        policy dropped."""
+        planned = plan(
+            cron_of(schedule.cron, schedule.timezone), last_tick=schedule.last_tick, now=now,
+            window=self.catch_up, catch_up=schedule.catch_up,
+            catch_up_limit=schedule.catch_up_limit,
+        )
+        task = self.tasks.get(schedule.task)
+        defaults = {} if task is None else task.job_options(schedule.args, {})
+        jobs = [job_for_tick(schedule, tick, defaults) for tick in planned.ticks]
+        if task is not None:
+            # Typed args checked and made JSON, sealed for a task that encrypts them.
+            for job in jobs:
+                job["args"] = task.stored_args(job["args"])
+        return (schedule, jobs, planned.last_tick, planned.next_tick), planned.dropped

@@ -12,6 +12,7 @@ an invariant: no threshold on a shared machine would be honest.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -294,13 +295,25 @@ def run(dsn: str, console: Console | None = None, *, keep: bool = False,
             _print_report(console, checks, throughput)
             if keep or dashboard is not None:
                 watch.until_interrupted(console, schema)
-        finally:
+        except BaseException:
+            # What went wrong is the error to show: a database that cannot be reached
+            # for the drop below must not bury it (one line, exit 1, not a traceback).
             _stop_workers(demo)
             if dashboard is not None:
                 dashboard.stop()
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(_sql.queries(schema)["demo_schema_drop"])
+            with contextlib.suppress(psycopg.Error, OSError):
+                _drop_schema(dsn, schema)
+            raise
+        _stop_workers(demo)
+        if dashboard is not None:
+            dashboard.stop()
+        _drop_schema(dsn, schema)
     return 0 if all(c.passed for c in checks) else 1
+
+
+def _drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_sql.queries(schema)["demo_schema_drop"])
 
 
 def _stop_workers(demo: Demo) -> None:

@@ -109,7 +109,8 @@ SELECT paged.* FROM (
             worker_id, created_at, started_at, finished_at,
             left(args::text, 200) AS args_preview,
             errors -> -1 ->> 'type' AS last_error_type,
-            left(errors -> -1 ->> 'message', 200) AS last_error
+            left(errors -> -1 ->> 'message', 200) AS last_error,
+            progress, progress_note, progress_at
      FROM __schema__.jobs AS j
      WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
        AND __job_filter__
@@ -123,7 +124,8 @@ SELECT paged.* FROM (
             worker_id, created_at, started_at, finished_at,
             left(args::text, 200) AS args_preview,
             errors -> -1 ->> 'type' AS last_error_type,
-            left(errors -> -1 ->> 'message', 200) AS last_error
+            left(errors -> -1 ->> 'message', 200) AS last_error,
+            progress, progress_note, progress_at
      FROM __schema__.jobs_history AS j
      WHERE (%(before)s::bigint IS NULL OR j.id < %(before)s)
        -- Only done jobs are moved here: a filter of another state reads none of them.
@@ -135,6 +137,49 @@ SELECT paged.* FROM (
 ORDER BY paged.id DESC
 LIMIT %(limit)s;
 
+-- name: dashboard_state_counts
+-- The job list's state tabs: how many jobs of the filter (its status left out, so
+-- `status` is NULL here) are in each state, each count stopping at `cap` (the page
+-- says "10,000+"), so that a tab over millions of done jobs reads `cap` rows, not the
+-- table. Pending and scheduled read jobs_claimable, running jobs_running_lease,
+-- failed jobs_failed; done counts jobs_history too (the history retention mode).
+SELECT state, count FROM (
+    SELECT 1 AS place, 'pending' AS state, (SELECT count(*) FROM (
+        SELECT 1 FROM __schema__.jobs AS j
+        WHERE j.status = 'pending' AND j.run_at <= now() AND __job_filter__
+        LIMIT %(cap)s) AS c) AS count
+    UNION ALL
+    SELECT 2, 'scheduled', (SELECT count(*) FROM (
+        SELECT 1 FROM __schema__.jobs AS j
+        WHERE j.status = 'pending' AND j.run_at > now() AND __job_filter__
+        LIMIT %(cap)s) AS c)
+    UNION ALL
+    SELECT 3, 'running', (SELECT count(*) FROM (
+        SELECT 1 FROM __schema__.jobs AS j
+        WHERE j.status = 'running' AND __job_filter__ LIMIT %(cap)s) AS c)
+    UNION ALL
+    SELECT 4, 'waiting', (SELECT count(*) FROM (
+        SELECT 1 FROM __schema__.jobs AS j
+        WHERE j.status = 'waiting' AND __job_filter__ LIMIT %(cap)s) AS c)
+    UNION ALL
+    SELECT 5, 'done', (SELECT count(*) FROM (
+        (SELECT 1 FROM __schema__.jobs AS j
+         WHERE j.status = 'done' AND __job_filter__ LIMIT %(cap)s)
+        UNION ALL
+        (SELECT 1 FROM __schema__.jobs_history AS j
+         WHERE __job_filter__ LIMIT %(cap)s)
+        LIMIT %(cap)s) AS c)
+    UNION ALL
+    SELECT 6, 'failed', (SELECT count(*) FROM (
+        SELECT 1 FROM __schema__.jobs AS j
+        WHERE j.status = 'failed' AND __job_filter__ LIMIT %(cap)s) AS c)
+    UNION ALL
+    SELECT 7, 'cancelled', (SELECT count(*) FROM (
+        SELECT 1 FROM __schema__.jobs AS j
+        WHERE j.status = 'cancelled' AND __job_filter__ LIMIT %(cap)s) AS c)
+) AS counts
+ORDER BY place;
+
 -- name: dashboard_jobs_of_key
 -- The other jobs of one key, newest first (the job page's "same key" list).
 SELECT id, queue, task, status, attempts, max_attempts, created_at, finished_at
@@ -142,20 +187,6 @@ FROM __schema__.jobs
 WHERE key = %(key)s AND id <> %(id)s
 ORDER BY id DESC
 LIMIT %(limit)s;
-
--- name: dashboard_periodic_last
--- The newest job each periodic schedule made, found by its idempotency key's prefix
--- (App.periodic's keys are pgbaton:periodic:<task>:<schedule>:<tick>).
-SELECT prefix.value AS prefix, last.id, last.status, last.run_at, last.finished_at,
-       last.errors -> -1 ->> 'message' AS last_error
-FROM unnest(%(prefixes)s::text[]) AS prefix(value)
-LEFT JOIN LATERAL (
-    SELECT id, status, run_at, finished_at, errors
-    FROM __schema__.jobs
-    WHERE idempotency_key LIKE prefix.value || '%%'
-    ORDER BY id DESC
-    LIMIT 1
-) AS last ON true;
 
 -- name: dashboard_ping
 SELECT 1 AS ok;

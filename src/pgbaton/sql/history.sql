@@ -124,6 +124,13 @@ FROM __schema__.jobs_history_partitions() AS p
 WHERE p.to_at < now() - make_interval(secs => %(retention)s::float8)
 ORDER BY p.from_at;
 
+-- name: history_partition_logs_delete_ddl
+-- The log lines of the partition's jobs (job_logs, migration 15) go first, in the
+-- drop's savepoint: a drop not granted its lock in time rolls them back with it.
+DELETE FROM __schema__.job_logs AS l
+USING __schema__.{partition} AS p
+WHERE l.job_id = p.id;
+
 -- name: history_partition_drop_ddl
 -- Each drop in a savepoint of its own: one not granted its lock in time ends the run,
 -- and those dropped before it stay dropped.

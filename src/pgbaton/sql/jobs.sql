@@ -434,6 +434,58 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, t
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
 
+-- name: job_progress_many
+-- The worker's progress flush (docs/howto/progress-and-logs.md): the latest fraction
+-- and note of each running job whose handler reported since the last flush, at most
+-- one statement a second per worker, each row fenced like the heartbeat. progress_at
+-- is the server's time, comparable with started_at.
+UPDATE __schema__.jobs AS j
+SET progress = held.fraction, progress_note = held.note, progress_at = now()
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(fractions)b::float4[], %(notes)b::text[])
+     WITH ORDINALITY AS held(id, token, fraction, note, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position;
+
+-- name: job_logs_insert_many
+-- The log lines of a batch of runs, one row each, written just before their outcomes
+-- (by the completer; a run that suspends or is released at shutdown, by the executor or
+-- the stopping worker), each fenced by its claim token while the job still runs: the
+-- lines of a lost claim are refused as its outcome is. Each row takes the job's next
+-- run number (a read of its few rows by primary key); a second write of the same run
+-- (its token there already) changes nothing.
+WITH fenced AS (
+    SELECT DISTINCT ON (held.id, held.token) held.*  -- a run named twice: written once
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(attempts)b::int4[],
+                %(lines)b::jsonb[], %(dropped)b::int4[], %(ended)b::text[])
+         WITH ORDINALITY AS held(id, token, attempt, lines, dropped, ended, position)
+    JOIN __schema__.jobs AS j
+      ON j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+    WHERE NOT EXISTS (SELECT 1 FROM __schema__.job_logs AS l
+                      WHERE l.job_id = held.id AND l.token = held.token)
+    ORDER BY held.id, held.token, held.position
+),
+written AS (
+    INSERT INTO __schema__.job_logs (job_id, attempt, lines, dropped, run, token, ended)
+    SELECT id, attempt, lines, dropped,
+           coalesce((SELECT max(l.run) FROM __schema__.job_logs AS l
+                     WHERE l.job_id = fenced.id), 0) + 1,
+           token, ended
+    FROM fenced
+    RETURNING job_id, token
+)
+SELECT fenced.position
+FROM fenced
+JOIN written ON written.job_id = fenced.id AND written.token = fenced.token;
+
+-- name: job_logs_get
+-- A job's log lines, one row per run that kept lines, in the order the runs wrote
+-- them (Queue.logs, `pgbaton show --logs`, the job page).
+SELECT attempt, lines, dropped, created_at, run, ended
+FROM __schema__.job_logs
+WHERE job_id = %(id)s
+ORDER BY run;
+
 -- name: job_complete_many
 UPDATE __schema__.jobs AS j
 SET status      = 'done',
@@ -447,13 +499,16 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position;
 
 -- name: job_fail_many
+-- A NULL retry_in fails the job now, attempts left or not (args its task rejects).
 UPDATE __schema__.jobs AS j
-SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+SET status      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
+                       THEN 'failed' ELSE 'pending' END,
     claim_token = NULL,
     lease_until = NULL,
-    run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
-                       ELSE now() + make_interval(secs => held.retry_in) END,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    run_at      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
+                       THEN j.run_at ELSE now() + make_interval(secs => held.retry_in) END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
+                       THEN now() END,
     errors      = j.errors || jsonb_build_array(held.error
                       || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
                                             'at', now())),
@@ -464,13 +519,24 @@ WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.status;
 
 -- name: job_release_many
--- A running job goes back to pending. A job cancelled under its holder (and perhaps
--- retried since) is let go: the holder says its handler has stopped, so the job's key,
--- and the retried job itself, need not wait for the lease. Only the running jobs count
--- as released (the others were lost).
+-- A running job goes back to pending with its attempt given back (attempts - 1): a
+-- worker shutting down, a job claimed ahead that never started, and a handler's snooze
+-- (pgbaton.Snooze). A plain release keeps run_at, so the job keeps its place in the
+-- claim order; a snooze moves it (`until`, else now() + `delay`; both NULL: it stays)
+-- and counts itself in `snoozes` (`snooze`). A snooze past `max_snoozes` (NULL: no
+-- limit) ends the job as `failed` instead, with `error` appended: a job that only ever
+-- snoozes must end. A keyed job keeps its id whatever it does here, so it stays its
+-- key's oldest and the later jobs of its key wait for it (docs/howto/per-key-ordering.md).
+-- A job cancelled under its holder (and perhaps retried since) is let go: the holder
+-- says its handler has stopped, so the job's key, and the retried job itself, need not
+-- wait for the lease. Only the running jobs count as released (the others were lost).
+-- The extra arrays travel as text: they are rare, and mostly NULLs.
 WITH held AS (
-    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[])
-                  WITH ORDINALITY AS held(id, token, position)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)s::float8[],
+                         %(untils)s::timestamptz[], %(snoozes)s::boolean[],
+                         %(max_snoozes)s::integer[], %(errors)s::jsonb[])
+                  WITH ORDINALITY AS held(id, token, delay, until, snooze, max_snoozes,
+                                          error, position)
 ),
 let_go AS (
     UPDATE __schema__.jobs AS j
@@ -480,16 +546,51 @@ let_go AS (
     WHERE j.id = held.id AND j.claim_token = held.token
       AND j.status IN ('cancelled', 'pending')
 )
+-- Each CASE asks first whether the snooze is one too many: NULL there (no limit, or no
+-- snooze) falls through to the release.
 UPDATE __schema__.jobs AS j
-SET status      = 'pending',
+SET status      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN 'failed'
+                       ELSE 'pending' END,
     claim_token = NULL,
     lease_until = NULL,
     attempts    = j.attempts - 1,
+    run_at      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.run_at
+                       ELSE coalesce(held.until,
+                                     now() + make_interval(secs => held.delay), j.run_at)
+                  END,
+    snoozes     = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.snoozes
+                       WHEN held.snooze THEN j.snoozes + 1 ELSE j.snoozes END,
+    finished_at = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN now() END,
+    errors      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes
+                       THEN j.errors || jsonb_build_array(held.error || jsonb_build_object(
+                           'attempt', j.attempts - 1, 'worker_id', j.worker_id, 'at', now()))
+                       ELSE j.errors END,
     worker_id   = NULL,
-    started_at  = NULL
+    started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.started_at
+                  END
 FROM held
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
-RETURNING held.position;
+RETURNING held.position, j.status;
+
+-- name: job_end_many
+-- A handler ends its job at once, whatever attempts are left: `failed` (raise
+-- pgbaton.Discard, or an error its task does not retry) or `cancelled` (raise
+-- pgbaton.Cancel). The error, or the reason, is appended to errors. Fenced as every
+-- worker write: a worker that lost the claim changes nothing.
+UPDATE __schema__.jobs AS j
+SET status      = held.status,
+    claim_token = NULL,
+    lease_until = NULL,
+    finished_at = now(),
+    errors      = j.errors || jsonb_build_array(held.error
+                      || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
+                                            'at', now())),
+    worker_id   = NULL
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)s::text[], %(errors)s::jsonb[])
+     WITH ORDINALITY AS held(id, token, status, error, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+  AND held.status IN ('failed', 'cancelled')
+RETURNING held.position, j.status;
 
 -- name: job_reap
 -- The reaper. Clearing the token is what fences the stalled holder out.
@@ -544,7 +645,8 @@ RETURNING id;
 -- of its queue are woken, as job_retry_matching wakes them.
 WITH retried AS (
     UPDATE __schema__.jobs
-    SET status = 'pending', attempts = 0, run_at = greatest(now(), lease_until),
+    SET status = 'pending', attempts = 0, snoozes = 0,
+        run_at = greatest(now(), lease_until),
         claim_token = CASE WHEN lease_until > now() THEN claim_token END,
         lease_until = CASE WHEN lease_until > now() THEN lease_until END,
         finished_at = NULL, worker_id = NULL
@@ -557,7 +659,8 @@ SELECT retried.id, pg_notify(%(channel)s, retried.queue) FROM retried;
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
        started_at, finished_at, batch_id, waiting_for, meta,
-       encode(unique_key, 'hex') AS unique_key, unique_states
+       encode(unique_key, 'hex') AS unique_key, unique_states, snoozes, progress,
+       progress_note, progress_at
 FROM __schema__.jobs
 WHERE id = %(id)s;
 
@@ -568,7 +671,8 @@ WHERE id = %(id)s;
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
        started_at, finished_at, batch_id, waiting_for, meta,
-       encode(unique_key, 'hex') AS unique_key, unique_states
+       encode(unique_key, 'hex') AS unique_key, unique_states, snoozes, progress,
+       progress_note, progress_at
 FROM __schema__.jobs_history
 WHERE id = %(id)s
 LIMIT 1;
@@ -582,7 +686,8 @@ LIMIT 1;
 SELECT listed.* FROM (
     (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
             idempotency_key, claim_token, lease_until, worker_id, errors, result,
-            created_at, started_at, finished_at, batch_id, waiting_for
+            created_at, started_at, finished_at, batch_id, waiting_for, progress,
+            progress_note, progress_at
      FROM __schema__.jobs AS j
      WHERE __job_filter__
      ORDER BY id DESC
@@ -590,7 +695,8 @@ SELECT listed.* FROM (
     UNION ALL
     (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
             idempotency_key, claim_token, lease_until, worker_id, errors, result,
-            created_at, started_at, finished_at, batch_id, waiting_for
+            created_at, started_at, finished_at, batch_id, waiting_for, progress,
+            progress_note, progress_at
      FROM __schema__.jobs_history AS j
      WHERE (%(status)s::text IS NULL OR %(status)s::text = 'done')
        AND __job_filter__
@@ -659,7 +765,14 @@ RETURNING id;
 -- name: job_delete_archived
 -- A done job moved to jobs_history (docs/retention.md), deleted by an operator (its
 -- args may be what must go) before its partition is dropped; tried after job_delete.
-DELETE FROM __schema__.jobs_history WHERE id = %(id)s RETURNING id;
+-- Its log lines (job_logs) go with it.
+WITH deleted AS (
+    DELETE FROM __schema__.jobs_history WHERE id = %(id)s RETURNING id
+),
+logs AS (
+    DELETE FROM __schema__.job_logs AS l USING deleted WHERE l.job_id = deleted.id
+)
+SELECT id FROM deleted;
 
 -- name: job_run_now
 -- A scheduled job becomes due now, and the workers of its queue are woken.
@@ -685,6 +798,7 @@ RETURNING id;
 -- same filter (tests/integration/test_job_filter.py). A NULL parameter means "any". `since`
 -- and `until` bound the time the job finished, or, for one not finished, the time it
 -- was created; `text` is a case-insensitive substring of its args or its errors.
+-- `ids` is a selection (the dashboard's checked rows).
 -- `status` is a state as shown (models.STATES): pending means due, scheduled a pending
 -- job whose run_at is still ahead; the others are the stored status.
 (%(status)s::text IS NULL
@@ -699,6 +813,7 @@ AND (%(text)s::text IS NULL
      OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
 AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
 AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
 
 -- name: job_count_matching
 -- What a bulk action would change: the jobs of the filter in the action's states, and
@@ -712,7 +827,8 @@ WHERE j.status = ANY(%(statuses)s::text[])
 WITH retried AS (
     UPDATE __schema__.jobs AS j
     -- As job_retry: a held job stays held, and is due when its old handler lets go.
-    SET status = 'pending', attempts = 0, run_at = greatest(now(), j.lease_until),
+    SET status = 'pending', attempts = 0, snoozes = 0,
+        run_at = greatest(now(), j.lease_until),
         claim_token = CASE WHEN j.lease_until > now() THEN j.claim_token END,
         lease_until = CASE WHEN j.lease_until > now() THEN j.lease_until END,
         finished_at = NULL, worker_id = NULL

@@ -37,6 +37,20 @@ CREATE TABLE __schema__.jobs (
     unique_states   text[],
     -- Someone waits for its end (App.wait, migration 13): the end sends a NOTIFY.
     awaited         boolean     NOT NULL DEFAULT false,
+    -- How many times its handler snoozed (pgbaton.Snooze, the snoozes migration): a
+    -- snooze gives its attempt back, so this ends a job that only snoozes (max_snoozes).
+    snoozes         integer     NOT NULL DEFAULT 0,
+    -- How far a running job is, as its handler last said (ctx.progress, the progress
+    -- migration, docs/howto/progress-and-logs.md); kept when the job ends.
+    progress        real,
+    progress_note   text,
+    progress_at     timestamptz,
+    -- It has rows in job_steps or job_events (migration 18, docs/howto/durable-steps.md):
+    -- its delete removes them.
+    has_steps       boolean     NOT NULL DEFAULT false,
+    -- The event a suspended job waits for (ctx.wait_for); send_event wakes it. NULL
+    -- unless the job is pending on that wait: jobs_waiting_event_cleared (migration 20).
+    waiting_event   text,
     CONSTRAINT jobs_unique_whole CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled', 'waiting')),
@@ -1080,3 +1094,270 @@ CREATE TRIGGER jobs_notify_ended_by_delete
     FOR EACH ROW
     WHEN (OLD.awaited AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
     EXECUTE FUNCTION __schema__.jobs_notify_ended();
+
+-- Each job's own log lines (migration 15, docs/howto/progress-and-logs.md).
+
+-- What a handler logged during one run: one row per run that logged (migration 19; a
+-- snooze, a durable sleep or a release gives the attempt back, so an attempt may have
+-- several runs), its lines a jsonb array of {"at", "level", "logger", "message"}, at
+-- most MAX_JOB_LOG_LINES lines and MAX_JOB_LOG_BYTES of text (limits.py); `dropped`
+-- counts the lines that did not fit. `run` numbers the job's rows in the order they
+-- were written; `token` is the run's claim (NULL on rows written before migration 19)
+-- and `ended` how the run ended (job_logs.ENDINGS; NULL: not said). The completer
+-- writes a batch's rows in one statement (job_logs_insert_many). No foreign key: its
+-- check would lock each job's row for every insert; the trigger below and the history
+-- drop (history.sql) delete the logs with their job instead.
+CREATE TABLE __schema__.job_logs (
+    job_id     bigint      NOT NULL,
+    attempt    integer     NOT NULL,
+    lines      jsonb       NOT NULL,
+    dropped    integer     NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    run        integer     NOT NULL,
+    token      uuid,
+    ended      text,
+    PRIMARY KEY (job_id, run)
+);
+
+-- Logs leave with their job, whichever statement deleted it (the pruner, an operator,
+-- a queue's delete), except a job the history mode moved to jobs_history in the same
+-- statement (job_archive): its logs stay until its partition is dropped. One run per
+-- deleting statement; the join reads job_logs by its primary key, and jobs_history only
+-- for a deleted job that had logs.
+CREATE FUNCTION __schema__.job_logs_follow_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM __schema__.job_logs AS l
+    USING deleted_jobs AS d
+    WHERE l.job_id = d.id
+      AND NOT EXISTS (SELECT 1 FROM __schema__.jobs_history AS h WHERE h.id = d.id);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER job_logs_follow_delete
+    AFTER DELETE ON __schema__.jobs
+    REFERENCING OLD TABLE AS deleted_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION __schema__.job_logs_follow_delete();
+
+-- Schedules stored in the database (docs/schedules.md).
+CREATE TABLE __schema__.schedules (
+    name           text        PRIMARY KEY,
+    cron           text        NOT NULL,
+    timezone       text        NOT NULL DEFAULT 'UTC',
+    task           text        NOT NULL,
+    args           jsonb       NOT NULL DEFAULT '{}',
+    -- NULL: the task's own (its @app.task queue and max_attempts, priority 0).
+    queue          text,
+    priority       integer,
+    max_attempts   integer,
+    paused         boolean     NOT NULL DEFAULT false,
+    catch_up       text        NOT NULL DEFAULT 'skip',
+    catch_up_limit integer     NOT NULL DEFAULT 100,
+    origin         text        NOT NULL DEFAULT 'database',
+    -- The newest tick the leader dealt with (enqueued or skipped); NULL: none yet.
+    last_tick      timestamptz,
+    last_job_id    bigint,
+    -- The next fire time: the leader reads the rows whose next_tick has passed.
+    next_tick      timestamptz NOT NULL,
+    -- A code schedule that the code of a starting worker no longer has.
+    missing_since  timestamptz,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    updated_by     text,
+    -- Grows with each change of the definition or the pause: fences the leader's
+    -- progress, which it writes only for the revision it read.
+    revision       bigint      NOT NULL DEFAULT 1,
+    CONSTRAINT schedules_catch_up_known CHECK (catch_up IN ('skip', 'latest', 'all')),
+    CONSTRAINT schedules_catch_up_limit_positive CHECK (catch_up_limit >= 1),
+    CONSTRAINT schedules_origin_known CHECK (origin IN ('code', 'database')),
+    CONSTRAINT schedules_args_object CHECK (jsonb_typeof(args) = 'object')
+);
+
+-- The leader's read at each run: the active schedules due now, soonest first.
+CREATE INDEX schedules_due ON __schema__.schedules (next_tick)
+    WHERE NOT paused AND missing_since IS NULL;
+
+-- One row per worker process, written by its presence beat (worker/presence.py) every
+-- few seconds and deleted when it stops (migrations/*_workers.sql, docs/dashboard.md, "Workers").
+-- A row whose seen_at is old is a worker that died without saying so; each beat
+-- deletes the rows older than a day.
+CREATE TABLE __schema__.workers (
+    worker_id   text        PRIMARY KEY,
+    host        text        NOT NULL,
+    pid         integer     NOT NULL,
+    version     text        NOT NULL,
+    -- The queues it claims from; NULL: every queue.
+    queues      text[],
+    concurrency integer     NOT NULL,
+    -- Jobs it holds now (claimed and not yet written back).
+    held        integer     NOT NULL DEFAULT 0,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    seen_at     timestamptz NOT NULL DEFAULT now()
+);
+
+-- Durable steps, durable sleep and events (migration 18, docs/howto/durable-steps.md).
+
+-- One row per step, sleep or wait a job's handler reached, in the order it reached
+-- them (seq from 0). A step's row is written once its function returned, fenced by the
+-- claim token; a sleep's or a wait's row when the job suspends, and finished when a
+-- later run passes it. No foreign key: it would cost every delete of an ordinary job
+-- (the trigger below removes the rows of a job that has them).
+CREATE TABLE __schema__.job_steps (
+    job_id      bigint      NOT NULL,
+    seq         integer     NOT NULL,
+    name        text        NOT NULL,
+    kind        text        NOT NULL,
+    -- A step's return value; an event wait's {"payload": ...} or {"timed_out": true}.
+    result      jsonb,
+    -- A sleep's wake time; a wait's deadline (NULL: no timeout).
+    until       timestamptz,
+    started_at  timestamptz NOT NULL DEFAULT now(),
+    -- NULL while the job sleeps or waits on this row.
+    finished_at timestamptz,
+    -- The stored result's size in bytes (its JSON text).
+    size        integer,
+    PRIMARY KEY (job_id, seq),
+    CONSTRAINT job_steps_kind_known CHECK (kind IN ('step', 'sleep', 'event')),
+    CONSTRAINT job_steps_step_finished CHECK (kind <> 'step' OR finished_at IS NOT NULL),
+    CONSTRAINT job_steps_seq_from_zero CHECK (seq >= 0)
+);
+
+-- Events sent to a job (send_event) and not yet taken by its wait_for: an event sent
+-- before the job waits is kept here for it. A wait takes the oldest of its name.
+CREATE TABLE __schema__.job_events (
+    id      bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    job_id  bigint      NOT NULL,
+    name    text        NOT NULL,
+    payload jsonb,
+    sent_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- A wait finds the oldest event of its name for its job.
+CREATE INDEX job_events_job_name ON __schema__.job_events (job_id, name, id);
+
+-- A job with steps or events leaves with them: deleted, pruned, or moved to jobs_history
+-- (archived jobs keep their result, not their steps).
+CREATE FUNCTION __schema__.jobs_steps_deleted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM __schema__.job_steps WHERE job_id = OLD.id;
+    DELETE FROM __schema__.job_events WHERE job_id = OLD.id;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER jobs_steps_deleted
+    AFTER DELETE ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (OLD.has_steps)
+    EXECUTE FUNCTION __schema__.jobs_steps_deleted();
+
+-- waiting_event names the event a suspended job waits for, and only while it waits: a
+-- job that leaves pending leaves it (claimed, cancelled, or ended by any other path).
+-- One rule in one place, kept by the database (migration 20). The trigger fires only on
+-- an UPDATE that sets status; its WHEN keeps the function off every job that waits for
+-- no event: an ordinary job pays a test of a NULL.
+CREATE FUNCTION __schema__.jobs_waiting_event_cleared() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.waiting_event := NULL;
+    RETURN NEW;
+END;
+$$;
+
+CREATE TRIGGER jobs_waiting_event_cleared
+    BEFORE UPDATE OF status ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (NEW.waiting_event IS NOT NULL AND NEW.status <> 'pending')
+    EXECUTE FUNCTION __schema__.jobs_waiting_event_cleared();
+
+-- The SQL API (docs/reference/sql.md): an event for one job. Kept for its wait_for;
+-- a job pending on a wait for this event becomes due now and its queue's workers are
+-- woken. Returns true when it woke the job. An unknown job is an error; so is a payload
+-- over MAX_EVENT_PAYLOAD_BYTES (limits.py). The job's row is locked first, so an event
+-- sent while its job suspends is seen by the suspend (job_event_wake) or wakes it here.
+CREATE FUNCTION __schema__.send_event(job_id bigint, name text, payload jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    job record;
+    payload_bytes integer := octet_length(coalesce(payload, 'null')::text);
+BEGIN
+    IF name IS NULL OR name = '' OR octet_length(name) > 255 THEN
+        RAISE EXCEPTION 'send_event: the event name must be a non-empty string of at '
+            'most 255 bytes, got %', coalesce(quote_literal(left(name, 40)), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF payload_bytes > 1048576 THEN
+        RAISE EXCEPTION 'send_event: the payload of event % is % bytes as JSON, over '
+            'pgbaton''s limit of 1,048,576: keep large data in a table and send its id',
+            quote_literal(name), payload_bytes USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- What the worker's JSON decoder must read back, as enqueue() checks args: at most
+    -- 200 levels deep, no number of more than 4,300 digits.
+    IF payload_bytes > 400 AND jsonb_path_exists(
+            payload, 'strict $.**{200} ? (@.type() == "object" || @.type() == "array")') THEN
+        RAISE EXCEPTION 'send_event: the payload of event % is nested too deeply (more '
+            'than 200 levels)', quote_literal(name) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF payload_bytes > 4300 AND jsonb_path_exists(
+            payload, 'strict $.** ? (@.type() == "number" && (@ >= 1e4300 || @ <= -1e4300))') THEN
+        RAISE EXCEPTION 'send_event: the payload of event % holds a number of more than '
+            '4,300 digits, which Python cannot read back: send it as a string',
+            quote_literal(name) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT j.id, j.status, j.queue, j.waiting_event INTO job
+    FROM __schema__.jobs AS j WHERE j.id = job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'send_event: there is no job % (event %)', job_id,
+            quote_literal(name) USING ERRCODE = 'no_data_found';
+    END IF;
+    IF job.status IN ('done', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'send_event: job % is % and waits for no event (event %)',
+            job_id, job.status, quote_literal(name) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO __schema__.job_events (job_id, name, payload) VALUES (job_id, name, payload);
+    IF job.status = 'pending' AND job.waiting_event = name THEN
+        UPDATE __schema__.jobs AS j SET run_at = now(), has_steps = true
+        WHERE j.id = job_id;
+        PERFORM pg_notify(
+            (SELECT c.relnamespace::regnamespace::text FROM pg_class AS c
+             WHERE c.oid = '__schema__.jobs'::regclass) || '_jobs', job.queue);
+        RETURN true;
+    END IF;
+    UPDATE __schema__.jobs AS j SET has_steps = true WHERE j.id = job_id AND NOT j.has_steps;
+    RETURN false;
+END;
+$$;
+
+-- An event for every unfinished job of a key (jobs of one key run one at a time): each
+-- keeps it for its wait_for, and those waiting for it are woken. Returns their ids, in
+-- order; a key with no unfinished job is an error.
+CREATE FUNCTION __schema__.send_event_by_key(key text, name text, payload jsonb DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+#variable_conflict use_variable
+DECLARE
+    ids bigint[];
+    one bigint;
+BEGIN
+    -- Locked in id order, as send_event would lock them one by one: a job that ends
+    -- meanwhile is passed over, not refused.
+    SELECT coalesce(array_agg(held.id ORDER BY held.id), '{}') INTO ids
+    FROM (SELECT j.id FROM __schema__.jobs AS j
+          WHERE j.key = send_event_by_key.key
+            AND j.status IN ('pending', 'running', 'waiting')
+          ORDER BY j.id FOR UPDATE) AS held;
+    IF cardinality(ids) = 0 THEN
+        RAISE EXCEPTION 'send_event_by_key: no unfinished job has key % (event %)',
+            coalesce(quote_literal(key), 'NULL'), coalesce(quote_literal(name), 'NULL')
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    FOREACH one IN ARRAY ids LOOP
+        PERFORM __schema__.send_event(one, name, payload);
+    END LOOP;
+    RETURN ids;
+END;
+$$;

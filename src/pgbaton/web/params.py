@@ -3,6 +3,7 @@ names the parameter and what was wrong (answered with 400, nothing written)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
@@ -18,11 +19,19 @@ class BadInput(ValueError):
     """A request parameter the dashboard cannot use; the message names it."""
 
 
-def job_filter(params: Mapping[str, str]) -> JobFilter:
-    """The job filter of a request's query (or a bulk form's fields); `q` is its text."""
+def job_filter(params: Mapping[str, str], selected: list[str] | None = None) -> JobFilter:
+    """The job filter of a request's query (or a bulk form's fields); `q` is its text,
+    `ids` a selection of job ids, comma-separated (`selected`: each checked row's
+    `ids`, a form's repeated field, joined in)."""
     fields = {name: params.get("q" if name == "text" else name) for name in FILTER_FIELDS}
     try:
-        return filter_of(fields)
+        found = filter_of(fields)
+        texts = selected if selected is not None else [params.get("ids") or ""]
+        words = [w.strip() for text in texts for w in text.split(",") if w.strip()]
+        if not words:
+            return found
+        return dataclasses.replace(found, ids=tuple(
+            whole_number("ids", word, minimum=1, maximum=INT8_MAX) for word in words))
     except InvalidArgument as error:
         raise BadInput(str(error)) from None
 
@@ -35,6 +44,7 @@ def filter_query(job_filter: JobFilter) -> dict[str, str]:
         "key": fields["key"], "q": fields["text"],
         "since": fields["since"].isoformat() if fields["since"] else None,
         "until": fields["until"].isoformat() if fields["until"] else None,
+        "ids": ",".join(map(str, fields["ids"])) if fields["ids"] else None,
     }
     return {name: value for name, value in query.items() if value}
 

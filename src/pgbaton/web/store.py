@@ -18,6 +18,8 @@ Row = dict[str, Any]
 Pool = psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[DictRow]]
 STATEMENT_TIMEOUT_MS = 10_000
 SAME_KEY_LIMIT = 20
+# A state tab counts at most this many jobs ("10,000+"): a count reads what it counts.
+STATE_COUNT_CAP = 10_000
 
 
 @dataclass
@@ -130,11 +132,19 @@ class Store:
         params = {**job_filter.params(), "before": before, "limit": limit}
         return await self.fetch("dashboard_job_page", params)
 
+    async def state_counts(self, job_filter: JobFilter) -> dict[str, int]:
+        """The job list's tabs: jobs of the filter, its status aside, per state (each
+        at most STATE_COUNT_CAP)."""
+        params = {**job_filter.params(), "status": None, "cap": STATE_COUNT_CAP}
+        rows = await self.fetch("dashboard_state_counts", params)
+        return {row["state"]: row["count"] for row in rows}
+
+    async def workers(self, stale_after: float) -> list[Row]:
+        """The workers table (worker_list): live ones first, then those not seen for
+        stale_after seconds, each with the jobs it holds now."""
+        return await self.fetch("worker_list", {"stale_after": stale_after})
+
     async def jobs_of_key(self, key: str, job_id: int) -> list[Row]:
         return await self.fetch(
             "dashboard_jobs_of_key", {"key": key, "id": job_id, "limit": SAME_KEY_LIMIT}
         )
-
-    async def periodic_last(self, prefixes: list[str]) -> dict[str, Row]:
-        rows = await self.fetch("dashboard_periodic_last", {"prefixes": prefixes})
-        return {row["prefix"]: row for row in rows}

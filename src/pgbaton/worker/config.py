@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import socket
@@ -85,8 +86,17 @@ class WorkerConfig:
     # worker starts: a worker process restarted while PostgreSQL restarts or fails over
     # waits for it instead of dying (and its supervisor giving up on it).
     connect_timeout: float = 60.0
+    # Keep what each handler logs (any logger, at job_log_level or above) with its
+    # job's attempt (docs/howto/progress-and-logs.md); a task may turn it off with
+    # @app.task(job_logs=False). A level name or number; the worker's own log stream is
+    # unchanged either way.
+    job_logs: bool = True
+    job_log_level: int | str = "INFO"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.job_logs, bool):
+            raise InvalidArgument(f"job_logs must be True or False, got {self.job_logs!r}")
+        self.job_log_level = _log_level(self.job_log_level)
         for name in (
             "lease", "poll_interval", "reap_interval", "prune_interval", "retention",
             "periodic_interval", "elect_interval", "part_failure_window", "vacuum_interval",
@@ -139,6 +149,19 @@ class WorkerConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _log_level(value: object) -> int:
+    if isinstance(value, str) and isinstance(
+        level := logging.getLevelNamesMapping().get(value.strip().upper()), int
+    ):
+        return level
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100:
+        return value
+    raise InvalidArgument(
+        f"job_log_level must be a level name (DEBUG, INFO, WARNING, ERROR, CRITICAL) or a "
+        f"number from 0 to 100, got {value!r}"
+    )
 
 
 def _check_positive(name: str, value: object, zero_ok: bool = False) -> None:

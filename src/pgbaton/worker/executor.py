@@ -12,19 +12,24 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._checks import retry_delay
+from .. import job_logs
 from .._encoding import error_json, to_json
 from ..context import JobContext
-from ..errors import JobTimeout, PgbatonError, UnknownTask
+from ..errors import ArgsRejected, JobTimeout, PgbatonError, StepMismatch, UnknownTask
 from ..middleware import Middleware, chain
 from ..models import Claim
+from ..outcomes import Cancel, HandlerOutcome, Snooze
+from ..steps import Suspend
+from .completer import write_run_extras
 from .held import HeldJobs, Outcome, Running
+from .suspend import write_suspension
 
 if TYPE_CHECKING:
     from ..app import Task
+    from ..queue_async import AsyncQueue
 
 logger = logging.getLogger("pgbaton.worker")
 
@@ -66,8 +71,13 @@ class Executor:
         start_ahead: Callable[[Running], Coroutine[Any, Any, bool]],
         notify: Callable[..., None],
         on_dropped: Callable[[Running], None],
+        job_log_level: int | None = None,
+        queue: AsyncQueue | None = None,
     ) -> None:
         self.held = held
+        # Keep what handlers log with their attempt at this level (job_logs.py); None:
+        # the worker keeps no job's lines.
+        self.job_log_level = job_log_level
         self.tasks = tasks
         self.middlewares = list(middlewares)
         self.worker_id = worker_id
@@ -76,6 +86,8 @@ class Executor:
         self._start_ahead = start_ahead  # Starter.start: a job claimed ahead starts
         self._notify = notify
         self._on_dropped = on_dropped
+        self._queue = queue  # where the handlers' durable steps are stored
+        self._emit_step = self._step_event  # bound once, not once a job
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=held.concurrency, thread_name_prefix="pgbaton-job"
         )
@@ -94,12 +106,17 @@ class Executor:
             task = self.tasks.get(claim.task)
             lease = task.lease if task is not None and task.lease else self.claim_lease
             context = JobContext(claim, self.worker_id, self._extend_one, loop)
+            context._queue, context._emit = self._queue, self._emit_step
             running = Running(
                 claim, context, task, lease, deadline=sent_at + self.claim_lease,
                 needs_extend=lease != self.claim_lease,
             )
             self.held.add(running)
             running.handler = loop.create_task(self._execute(running))
+
+    def _step_event(self, context: JobContext, name: str, detail: dict[str, Any]) -> None:
+        """An event of a handler's durable steps (job.step_done, job.woken)."""
+        self._notify(name, self.held.get(context.token), detail=detail)
 
     def shutdown(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -137,6 +154,9 @@ class Executor:
                 self._thread_strays(running)
             if running.started is not None and outcome is not None:
                 outcome.run_time = self.held.now() - running.started
+            if outcome is not None and (running.log is not None
+                                        or running.context._progress is not None):
+                self._attach_extras(running, outcome)
             # A stopping worker (released) still writes the outcome of a job whose
             # thread ran on past its attempt (_outlive); what it does not write by the
             # end it releases.
@@ -164,9 +184,15 @@ class Executor:
         )
         self._notify("job.lost", running)
 
-    async def _attempt(self, running: Running) -> Outcome | None:
+    async def _attempt(self, running: Running) -> Outcome | None:  # noqa: PLR0911 (a return per way a handler ends)
         """Run the handler and judge how it ended; None when we stopped it."""
         claim, task = running.claim, running.task
+        routed = None
+        if self.job_log_level is not None and (task is None or task.job_logs):
+            # In this job's own task: its handler's records (and its thread's: the
+            # thread runs in a copy of this context) are routed to this attempt.
+            running.log_level = self.job_log_level
+            routed = job_logs.begin_attempt(running)
         try:
             self.held.began(running)
             self._notify("job.started", running)
@@ -175,7 +201,11 @@ class Executor:
                     f"no task named {claim.task!r} is registered in this worker's App "
                     f"(it has: {', '.join(sorted(self.tasks)) or 'none'})"
                 )
-            result = await self._invoke(task, running)
+            # Opened, checked and typed here (ArgsRejected: failed at once, not retried).
+            args = task.args_for_run(claim.args)
+            result = await self._invoke(task, running, args)
+            if running.context._step_log is not None:  # the run used durable steps
+                running.context._steps_finished()
             if result is not None:
                 to_json(result, f"result of task {task.name!r}")  # judged here, not later
             return Outcome(claim, ok=True, result=result)
@@ -189,6 +219,13 @@ class Executor:
             ))
         except JobTimeout as error:
             return self._failure(running, error, timed_out=True)
+        except Suspend as suspend:  # ctx.sleep, ctx.wait_for: docs/howto/durable-steps.md
+            if self._queue is not None and not running.stopped:
+                # Before the suspension lets go of the claim that fences them.
+                await write_run_extras(self._queue, [
+                    (running, "slept" if suspend.kind == "sleep" else "waited")])
+            await write_suspension(running, suspend, self._notify)
+            return None
         except Exception as error:
             return self._failure(running, error)
         except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit...
@@ -196,6 +233,14 @@ class Executor:
                 f"task {claim.task!r} raised {type(error).__name__}"
                 f"{f'({error})' if str(error) else ''}: a handler cannot stop the worker"
             ))
+        finally:
+            if routed is not None:
+                # The task's context lets go of the attempt, which holds the task: a
+                # cycle that only the garbage collector would free, job after job.
+                try:  # noqa: SIM105 (suppress() is an object and two calls a job)
+                    job_logs.end_attempt(routed)
+                except ValueError:  # closed outside its task's context (a loop torn down)
+                    pass
 
     @staticmethod
     def _thread_runs(running: Running) -> bool:
@@ -236,9 +281,8 @@ class Executor:
             )
         return outcome
 
-    async def _invoke(self, task: Task, running: Running) -> Any:
+    async def _invoke(self, task: Task, running: Running, args: Mapping[str, Any]) -> Any:
         positional = (running.context,) if task.pass_context else ()
-        args = running.claim.args
         if task.is_async and task.timeout is None and not self.middlewares:
             return await task.func(*positional, **args)  # nothing to wrap it in
 
@@ -270,6 +314,14 @@ class Executor:
                 f"task {task.name!r} ran past its timeout of {task.timeout:g} s"
             ) from error
 
+    @staticmethod
+    def _attach_extras(running: Running, outcome: Outcome) -> None:
+        """What the attempt logged and the progress it reported that is not written
+        yet ride with its outcome to the completer."""
+        if running.log is not None:
+            outcome.logs = running.log.take()
+        outcome.progress = running.context._unwritten_progress()
+
     def _thread_strays(self, running: Running) -> None:
         assert running.thread is not None
         running.strayed = True
@@ -290,15 +342,36 @@ class Executor:
         self.held.thread_returned()
         self._slots.release()
 
+    @staticmethod
+    def _chosen(running: Running, chosen: HandlerOutcome) -> Outcome:
+        """The handler raised Snooze, Cancel or Discard: the outcome it asked for."""
+        claim, task = running.claim, running.task
+        if isinstance(chosen, Snooze):
+            return Outcome(claim, ok=False, error=chosen, snooze=chosen,
+                           max_snoozes=None if task is None else task.max_snoozes)
+        return Outcome(claim, ok=False, error=chosen,
+                       end="cancelled" if isinstance(chosen, Cancel) else "failed")
+
     def _failure(
         self, running: Running, error: BaseException, *, timed_out: bool = False
     ) -> Outcome:
+        if isinstance(error, HandlerOutcome):
+            return self._chosen(running, error)
         claim, task = running.claim, running.task
         retry_in: float | None = None
-        if task is not None and claim.attempts < claim.max_attempts:
+        end: str | None = None
+        if isinstance(error, (ArgsRejected, StepMismatch)):
+            # Its args cannot be given to its handler, or its stored steps are not what
+            # its code reaches: a retry would meet the same.
+            end = "failed"
+        elif task is not None and claim.attempts < claim.max_attempts:
             try:
-                retry_in = retry_delay(claim.attempts, task.retry(claim.attempts))
+                retry_in = task.retry_in(claim.attempts, error)
+                if retry_in is None:
+                    end = "failed"  # not one of retry_on, or the policy said stop
             except Exception as policy_error:
+                # Retried after the default backoff (job_fail_many's): a broken policy
+                # must not end jobs that would have been retried.
                 error = HandlerExit(
                     f"the retry policy of task {task.name!r} raised "
                     f"{type(policy_error).__name__}: {policy_error} (after the handler "
@@ -312,4 +385,5 @@ class Executor:
                 f"task {claim.task!r} raised {type(error).__name__}, whose message cannot "
                 f"be read ({type(unreadable).__name__})"
             )
-        return Outcome(claim, ok=False, error=error, retry_in=retry_in, timed_out=timed_out)
+        return Outcome(claim, ok=False, error=error, retry_in=retry_in, timed_out=timed_out,
+                       end=end)

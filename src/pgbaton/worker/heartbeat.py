@@ -28,6 +28,9 @@ logger = logging.getLogger("pgbaton.worker")
 FENCE_MARGIN_FRACTION = 0.2
 FENCE_IDLE_SECONDS = 1.0
 PROBE_SECONDS = 1.0  # how often an unreachable database is asked again
+# The progress handlers report (ctx.progress) is written at most this often, in one
+# statement for every running job that reported since (docs/howto/progress-and-logs.md).
+PROGRESS_FLUSH_SECONDS = 1.0
 
 
 class Heartbeat:
@@ -55,7 +58,13 @@ class Heartbeat:
             self._due = min(self._due, self.held.now() + interval) if self._due else (
                 self.held.now() + interval
             )
-            if any(r.needs_extend for r in self.held):
+            # Only a job still running: a beat for none would await nothing, and this
+            # loop would then spin on the event loop's thread, freezing the worker. And
+            # only while beats get through: after a failed one the flag is still set,
+            # and the retry waits for the probe interval like any other beat.
+            if self.held.heartbeat_ok.is_set() and any(
+                r.needs_extend and not (r.finished or r.lost) for r in self.held
+            ):
                 self._due = self.held.now()
             wait = self._due - self.held.now()
             if wait > 0:
@@ -74,7 +83,7 @@ class Heartbeat:
 
     async def _probe(self) -> None:
         try:
-            await asyncio.wait_for(self.queue.ping(), timeout=self.default_lease)
+            await asyncio.wait_for(self.queue.engine.ping(), timeout=self.default_lease)
         except Exception as error:
             if not is_transient(error):
                 raise
@@ -107,7 +116,7 @@ class Heartbeat:
                 # the handlers to stop by then), and a connection that hangs (a network
                 # cut off, not closed) must not keep the next beat from being tried.
                 held = await asyncio.wait_for(
-                    self.queue.heartbeat([r.claim for r in group], lease=lease),
+                    self.queue.engine.heartbeat([r.claim for r in group], lease=lease),
                     timeout=lease,
                 )
             except Exception as error:
@@ -140,7 +149,7 @@ class Heartbeat:
         lost: one read, bounded like the beat; without an answer, the reason is unknown."""
         try:
             found = await asyncio.wait_for(
-                self.queue.claims_lost([r.claim for r in gone]), timeout=lease)
+                self.queue.engine.claims_lost([r.claim for r in gone]), timeout=lease)
         except Exception as error:
             if not is_transient(error):
                 raise
@@ -154,6 +163,44 @@ class Heartbeat:
                     "will not be written", running.claim.id, why,
                 )
                 self._notify("job.lost", running)
+
+    async def flush_progress(self) -> None:
+        """Write the latest progress of each running job whose handler reported since
+        the last flush, every PROGRESS_FLUSH_SECONDS, in one statement fenced by the
+        claims' tokens; a worker whose handlers never report sends nothing. What a
+        handler reports after its last flush rides with its outcome (Completer)."""
+        while True:
+            await asyncio.sleep(PROGRESS_FLUSH_SECONDS)
+            reports = []
+            for running in self.held:
+                if running.finished or running.lost:
+                    continue
+                pending = running.context._unwritten_progress()
+                if pending is not None:
+                    reports.append((running, pending))
+            if reports:
+                await self._write_progress(reports)
+
+    async def _write_progress(
+        self, reports: list[tuple[Running, tuple[float | None, str | None]]]
+    ) -> None:
+        try:
+            written = await asyncio.wait_for(
+                self.queue.engine.write_progress([(r.claim, *p) for r, p in reports]),
+                timeout=self.default_lease,
+            )
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            for running, _ in reports:  # the next flush writes their latest again
+                running.context._progress_written = None
+            logger.warning("could not write the progress of %d jobs (%s); trying again "
+                           "at the next flush", len(reports), error or "timed out")
+            return
+        for (running, (fraction, note)), ok in zip(reports, written, strict=True):
+            if ok:
+                self._notify("job.progress", running,
+                             detail={"fraction": fraction, "note": note})
 
     async def fence(self) -> None:
         """Tell handlers whose lease is about to run out by this worker's clock to stop."""

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext
+from ..job_logs import AttemptLog
 from ..models import Claim
 
 if TYPE_CHECKING:
     from ..app import Task
+    from ..outcomes import Snooze
 
 
 @dataclass
@@ -34,6 +36,19 @@ class Outcome:
     retry_in: float | None = None
     run_time: float | None = None
     timed_out: bool = False
+    # The handler chose how its job goes on (pgbaton.outcomes): it ends at once as
+    # `failed` or `cancelled` (Discard, Cancel, an error its task does not retry), or it
+    # snoozes. Written by job_end_many and job_release_many; `written` is the status the
+    # write left (a snooze past max_snoozes: failed).
+    end: str | None = None
+    snooze: Snooze | None = None
+    max_snoozes: int | None = None
+    written: str | None = None
+    # What the attempt logged (lines, dropped) and the progress its handler reported
+    # that the progress flush has not written: the completer writes both just before
+    # the outcome (docs/howto/progress-and-logs.md). None: nothing.
+    logs: tuple[list[dict[str, Any]], int] | None = None
+    progress: tuple[float | None, str | None] | None = None
 
 
 @dataclass(eq=False)
@@ -59,6 +74,9 @@ class Running:
     awaiting_write: bool = False
     stop_reason: str | None = None
     lost_detail: str | None = None  # why the claim was lost, as the heartbeat read it
+    # What its handler logs at log_level or above (job_logs.py); None: nothing (yet).
+    log: AttemptLog | None = None
+    log_level: int = 0
 
     @property
     def stopped(self) -> bool:
@@ -178,6 +196,7 @@ class HeldJobs:
         """The executor is done with a claim: its outcome is to be written, or (lost,
         released, cancelled) the claim is dropped with nothing to write."""
         running.finished = True
+        running.needs_extend = False  # nothing to extend for a job that runs no more
         if running.started is None:
             self.waiting -= 1  # stopped before a slot came free
         else:

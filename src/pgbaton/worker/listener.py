@@ -28,7 +28,7 @@ async def listen(
         try:
             conn = await (connect() if connect else queue.connect(autocommit=True))
             async with conn:
-                await queue.listen(conn)
+                await queue.engine.listen(conn)
                 # Jobs committed while we were not listening sent their NOTIFY to nobody.
                 wake("listen")
                 async for notification in conn.notifies():

@@ -84,7 +84,7 @@ class Producer:
                 # Only the jobs that start at once get their start recorded by the
                 # claim; those claimed ahead are started by the Starter when their turn
                 # comes, so a worker that dies leaves them never started.
-                batch = await self.queue.claim_batch(
+                batch = await self.queue.engine.claim_batch(
                     self.worker_id, limit=free, lease=self.lease, queues=self.queues,
                     tasks=self.tasks, finished=finished,
                     starting=self.held.starting_now(),
@@ -114,7 +114,7 @@ class Producer:
         only into free slots, never ahead. A failed read claims as if it were (the
         claim's own error handling then takes over)."""
         try:
-            return await self.queue.serves_a_rate(self.queues)
+            return await self.queue.engine.serves_a_rate(self.queues)
         except Exception as error:
             if not is_transient(error):
                 raise
@@ -130,7 +130,7 @@ class Producer:
         return self.held.awaiting_write()
 
     def _serves_limited(self) -> bool:
-        limited = self.queue.limited_queues
+        limited = self.queue.engine.limited_queues
         return bool(limited) and (self.queues is None or not limited.isdisjoint(self.queues))
 
     async def _until(self, event: asyncio.Event, timeout: float | None = None) -> None:

@@ -4,8 +4,11 @@
       -> Producer    claims for free slots (producer.py)
       -> Executor    runs handlers (executor.py)
       -> Starter     records the start of jobs claimed ahead (starter.py)
-      -> Heartbeat   extends leases, fences itself when it cannot (heartbeat.py)
-      -> Completer   writes outcomes in batches (completer.py)
+      -> Heartbeat   extends leases, fences itself when it cannot, writes progress
+                     (heartbeat.py)
+      -> Completer   writes outcomes in batches, each attempt's log lines first
+                     (completer.py)
+      -> Presence    its row of the workers table, idle or not (presence.py)
       -> listen()    LISTEN wake-ups (listener.py)
       -> Leader      maintenance, on one worker of the fleet (maintenance/)
       all of them -> HeldJobs (held.py), the claims held, which they share
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 import time
@@ -31,19 +35,25 @@ import types
 from collections import Counter
 from typing import Any
 
+import psycopg
+
+from .. import job_logs
 from ..app import App
 from ..dsn import with_application_name
 from ..events import EVENTS, Event
 from ..maintenance import Ager, Leader, Pruner, Reaper, Scheduler, Vacuumer
 from ..models import Claim
+from ..outcomes import Cancel, Discard, SnoozeLimit
 from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
-from .completer import Completer
+from ..schedules import CODE_SCHEDULE_GRACE, code_definitions
+from .completer import Completer, write_run_extras
 from .config import WorkerConfig, default_worker_id
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .held import HeldJobs, Outcome, Running
 from .listener import listen
+from .presence import Presence
 from .producer import Producer
 from .sessions import open_when_reachable
 from .starter import Starter
@@ -82,11 +92,15 @@ class Worker:
             self.queue, self.held, default_lease=self.config.lease, notify=self._notify
         )
         self.starter = Starter(self.queue, self.held)
+        self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,
+                                 queues=self.config.queues,
+                                 concurrency=self.config.concurrency)
         self.executor = Executor(
             held=self.held, tasks=app.tasks, middlewares=app.middlewares,
             worker_id=self.worker_id, claim_lease=self.config.lease,
             extend_one=self.heartbeat.extend_one, start_ahead=self.starter.start,
-            notify=self._notify, on_dropped=self._let_go,
+            notify=self._notify, on_dropped=self._let_go, queue=self.queue,
+            job_log_level=int(self.config.job_log_level) if self.config.job_logs else None,
         )
         self.producer = Producer(
             self.queue, self.held, worker_id=self.worker_id, lease=self.config.lease,
@@ -125,6 +139,11 @@ class Worker:
         """Run until stopped; returns the exit status (1 when a part kept failing)."""
         sessions = await open_when_reachable(self.config, self.queue)
         await self.queue.apply_limits(self.app.queue_limits)  # code wins at start
+        try:
+            await self._sync_schedules(None)
+        except psycopg.Error as error:  # a deadlock with a leader, say: not worth a stop
+            logger.warning("could not write the code's schedules as the worker started "
+                           "(%s); the leader writes them at its next election", error)
         loop = asyncio.get_running_loop()
         watchdog = LoopWatchdog(
             loop,
@@ -136,6 +155,8 @@ class Worker:
             ),
         )
         watchdog.start()
+        if self.config.job_logs:
+            job_logs.install()
         logger.info(
             "worker %s started: queues=%s concurrency=%d lease=%.3gs",
             self.worker_id, self.config.queues or "all", self.config.concurrency,
@@ -147,6 +168,8 @@ class Worker:
         start("starter", self.starter.run)
         start("heartbeat", self.heartbeat.run)
         start("fence", self.heartbeat.fence)
+        start("progress", self.heartbeat.flush_progress)
+        start("presence", self.presence.run)
         session_connect = sessions.connector(self.queue, f"pgbaton worker {self.worker_id}")
         if session_connect is not None:  # else polling only (plan_sessions warned)
             start("listener", lambda: listen(
@@ -160,7 +183,10 @@ class Worker:
             await self._shut_down()
         finally:
             watchdog.stop()
+            if self.config.job_logs:
+                job_logs.uninstall()
             await self.supervisor.stop()
+            await self.presence.leave()
             self.executor.shutdown()
             await self.queue.close()
             self._notify("worker.stopped", None, detail=dict(self.stats))
@@ -190,16 +216,38 @@ class Worker:
         if self.config.vacuum_dead_tuples is not None:
             services.append(Vacuumer(self.queue, self.config.vacuum_interval,
                                      self.config.vacuum_dead_tuples))
-        # This database's leader schedules the periodic jobs whose queue lives here.
-        periodics = [p for p in self.app.periodics
-                     if self.app.route_of(p.task.queue) == self.route]
-        if periodics:
-            services.append(Scheduler(
-                self.queue, periodics, self.config.periodic_interval,
-                catch_up=2 * self.config.elect_interval + 5,
-            ))
+        # This database's leader enqueues the ticks of the schedules stored here.
+        services.append(Scheduler(
+            self.queue, self.app.tasks, self.config.periodic_interval,
+            catch_up=self._handover_window, sync=self._sync_schedules,
+            worker_id=self.worker_id,
+        ))
         return Leader(self.queue, services, elect_interval=self.config.elect_interval,
                       notify=self._notify, connect=connect)
+
+    @property
+    def _handover_window(self) -> float:
+        """The ticks of these last seconds are on time for a new leader."""
+        return 2 * self.config.elect_interval + 5
+
+    async def _sync_schedules(self, now: dt.datetime | None) -> None:
+        """Write the App's @app.periodic schedules whose queue lives in this database
+        (docs/schedules.md, "Code and database"): as the worker starts, and as it
+        becomes leader."""
+        now = now or dt.datetime.now(dt.UTC)
+        periodics = [p for p in self.app.periodics
+                     if self.app.route_of(p.task.queue) == self.route]
+        taken, missing = await self.queue.sync_code_schedules(
+            code_definitions(periodics, now, self._handover_window), now=now,
+            by=f"worker {self.worker_id}",
+        )
+        for name in taken:
+            logger.warning("schedule %r of the code is not written: a schedule added at "
+                           "run time has that name; rename one of them", name)
+        for name in missing:
+            logger.warning("schedule %r is no longer in this worker's code: it enqueues "
+                           "nothing from now and is deleted after %s unless a worker "
+                           "whose code has it starts", name, CODE_SCHEDULE_GRACE)
 
     def _part_failed(self, name: str, error: Exception) -> None:
         self._notify("worker.part_failed", None, error=error, detail={"part": name})
@@ -245,7 +293,8 @@ class Worker:
             why = running.lost_detail if running is not None else None
             logger.warning(
                 "job %s: %s refused: this worker lost the claim (%s); nothing was changed",
-                outcome.claim.id, "completion" if outcome.ok else "failure",
+                outcome.claim.id, "completion" if outcome.ok else (
+                    "snooze" if outcome.snooze is not None else "failure"),
                 why or "its lease expired and another worker took the job, or it was "
                 "cancelled",
             )
@@ -254,12 +303,57 @@ class Worker:
             self.stats["completed"] += 1
             self._notify("job.succeeded", running, outcome=outcome)
             return
+        if outcome.snooze is not None or outcome.end is not None:
+            self._chosen_written(outcome, running)
+            return
         self.stats["failed"] += 1
         if outcome.timed_out:
             self._notify("job.timed_out", running, outcome=outcome)
         final = outcome.claim.attempts >= outcome.claim.max_attempts
         self._notify("job.failed" if final else "job.retried", running, outcome=outcome)
         self._log_failure(outcome, final)
+
+    def _chosen_written(self, outcome: Outcome, running: Running | None) -> None:
+        """A snooze, or an end the handler chose (or an error its task does not retry),
+        is written: its event and its log line."""
+        claim, error = outcome.claim, outcome.error
+        if outcome.snooze is not None and outcome.written == "pending":
+            self.stats["snoozed"] += 1
+            self._notify("job.snoozed", running, outcome=outcome,
+                         detail={"seconds": outcome.snooze.seconds,
+                                 "until": None if outcome.snooze.until is None
+                                 else outcome.snooze.until.isoformat(),
+                                 "note": outcome.snooze.note})
+            jobs_logger.info("job %s (task %r) %s", claim.id, claim.task, error)
+            return
+        if outcome.snooze is not None:  # one snooze past max_snoozes: failed
+            self.stats["failed"] += 1
+            outcome.error = SnoozeLimit(
+                f"the job snoozed {outcome.max_snoozes} times, its task's max_snoozes, "
+                f"and snoozed again ({error})")
+            self._notify("job.failed", running, outcome=outcome,
+                         detail={"max_snoozes": outcome.max_snoozes})
+            jobs_logger.error("job %s (task %r) snoozed more than its max_snoozes (%s): "
+                              "failed", claim.id, claim.task, outcome.max_snoozes)
+            return
+        if isinstance(error, Cancel):
+            self.stats["cancelled"] += 1
+            self._notify("job.cancelled", running, outcome=outcome,
+                         detail={"reason": error.reason, "by": "handler"})
+            jobs_logger.warning("job %s (task %r) cancelled by its handler: %s",
+                                claim.id, claim.task, error.reason)
+            return
+        self.stats["failed"] += 1
+        if isinstance(error, Discard):
+            self._notify("job.discarded", running, outcome=outcome,
+                         detail={"reason": error.reason})
+            jobs_logger.warning("job %s (task %r) discarded by its handler: %s",
+                                claim.id, claim.task, error.reason)
+            return
+        if outcome.timed_out:
+            self._notify("job.timed_out", running, outcome=outcome)
+        self._notify("job.failed", running, outcome=outcome)
+        self._log_failure(outcome, True)
 
     def _let_go(self, running: Running) -> None:
         """A claim this worker lost (cancelled by an operator, taken after its lease, or
@@ -276,7 +370,7 @@ class Worker:
             with contextlib.suppress(BaseException):
                 await asyncio.wrap_future(running.thread)
         try:
-            await self.queue.release_many([running.claim])
+            await self.queue.engine.release_many([running.claim])
         except Exception as error:
             logger.warning("could not let go of lost job %s (%s): its key waits for its "
                            "lease", running.claim.id, error)
@@ -409,12 +503,25 @@ class Worker:
         # not write) goes back to pending without spending an attempt.
         leftover = [*unfinished, *(r for r in self.held if r not in unfinished)]
         if leftover:
+            await self._keep_released_lines(leftover)
             await self._release(leftover)
+
+    async def _keep_released_lines(self, runnings: list[Running]) -> None:
+        """What the released runs logged and reported, written before the release lets
+        go of the claims that fence it (nothing is sent when they have none)."""
+        try:
+            await asyncio.wait_for(
+                write_run_extras(self.queue, [(r, "released") for r in runnings]),
+                FORCED_STOP_SECONDS if self._forced.is_set() else None,
+            )
+        except TimeoutError:
+            logger.warning("could not keep the log lines of %d released jobs in time",
+                           len(runnings))
 
     async def _release(self, runnings: list[Running]) -> None:
         try:
             released = await asyncio.wait_for(
-                self.queue.release_many([r.claim for r in runnings]),
+                self.queue.engine.release_many([r.claim for r in runnings]),
                 FORCED_STOP_SECONDS if self._forced.is_set() else None,
             )
         except Exception as error:

@@ -79,7 +79,7 @@ class Starter:
             by_lease.setdefault(request[0].lease, []).append(request)
         for lease, group in by_lease.items():
             sent = self._held.now()
-            started = await self._queue.start_many([r.claim for r, _ in group], lease=lease)
+            started = await self._queue.engine.start_many([r.claim for r, _ in group], lease=lease)
             for (running, future), ok in zip(group, started, strict=True):
                 if ok:
                     running.deadline = sent + lease
