@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from . import held_xmin as xmin
-from .common import PROBE, RssSampler, percentile
+from .common import PROBE, RssSampler, ServerReading, percentile
 from .systems import load
 from .systems.base import System
 
@@ -48,12 +48,13 @@ async def wait_until_finished(system: System, timeout: float, interval: float) -
         await asyncio.sleep(interval)
 
 
-async def cpu_at_first_start(system: System) -> float:
-    """The worker's CPU time when its first handler starts (within a millisecond), so
-    that the start-up of its processes is not counted."""
+async def cpu_at_first_start(system: System) -> tuple[float, ServerReading]:
+    """The worker's CPU time and the server's reading when its first handler starts
+    (within a millisecond), so that the start-up of its processes is not counted."""
     while PROBE.first is None:
         await asyncio.sleep(0.001)
-    return system.worker_cpu_seconds()
+    cpu = system.worker_cpu_seconds()
+    return cpu, await ServerReading.take(system.db)
 
 
 async def stop(system: System) -> None:
@@ -98,14 +99,19 @@ async def enqueue_bulk(system: System, p: dict[str, Any]) -> dict[str, Any]:
     jobs, batch = p["jobs"], p["batch"]
     seqs = range(jobs)
     fresh_collector()
+    server = await ServerReading.take(system.db)
     started = time.perf_counter()
     for chunk in chunks(seqs, batch):
         await system.enqueue_batch(chunk)
     seconds = time.perf_counter() - started
+    server_cpu, wal = (await ServerReading.take(system.db)).since(server)
     stored = await system.stored()
     if stored != jobs:
         raise RuntimeError(f"enqueued {jobs} jobs but {stored} are pending")
-    return {"metrics": {"jobs_per_s": jobs / seconds}, "info": {"seconds": seconds}}
+    return {"metrics": {"jobs_per_s": jobs / seconds,
+                        "server_cpu_us_per_job": server_cpu / jobs * 1e6,
+                        "wal_bytes_per_job": wal / jobs},
+            "info": {"seconds": seconds}}
 
 
 async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
@@ -150,9 +156,14 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
             done = jobs
         if PROBE.first is None:  # no job started: the case fails below
             cpu_at_first.cancel()
-            cpu = 0.0
+            cpu = server_cpu = 0.0
+            wal = 0
         else:
-            cpu = system.worker_cpu_seconds() - await cpu_at_first
+            # Read while the worker's connections are still open (a closed backend's
+            # CPU can no longer be read).
+            worker_at_first, server_at_first = await cpu_at_first
+            cpu = system.worker_cpu_seconds() - worker_at_first
+            server_cpu, wal = (await ServerReading.take(system.db)).since(server_at_first)
     await stop(system)
     if PROBE.first is None:
         raise RuntimeError(f"no job started within {cap:.0f} s")
@@ -166,6 +177,10 @@ async def drain(system: System, p: dict[str, Any]) -> dict[str, Any]:
             # From the first handler start to the end of the drain, all the worker's
             # processes: a figure that a busy machine moves less than the rate.
             "cpu_us_per_job": cpu / done * 1e6,
+            # The same span on the server: its backends of this database (PostgreSQL
+            # must run on this machine) and the WAL the server wrote.
+            "server_cpu_us_per_job": server_cpu / done * 1e6,
+            "wal_bytes_per_job": wal / done,
         },
         "info": {
             "seconds": finished - timed_from,

@@ -29,6 +29,49 @@ DATABASE_PREFIX = "pgbaton_bench_"
 REPORT_STARTS_ENV = "PGBATON_BENCH_REPORT_STARTS"
 
 
+# -- what the server spends: CPU of its backends and WAL ---------------------------------
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class ServerReading:
+    """The CPU seconds of each backend of this database (but the reader's own) and the
+    server's WAL position, at one moment. The CPU comes from /proc: the server must run on
+    this machine (else no backend is read and the CPU figures are 0). WAL is the whole
+    server's: the bench wants a quiet machine anyway."""
+
+    def __init__(self, cpu: dict[int, float], wal: int) -> None:
+        self.cpu = cpu
+        self.wal = wal
+
+    @classmethod
+    async def take(cls, db: psycopg.AsyncConnection[Any] | None) -> ServerReading:
+        assert db is not None, "the system is not open"
+        cursor = await db.execute(
+            "SELECT pid, pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        rows = await cursor.fetchall()
+        if not rows:  # nothing else connected: the WAL position alone
+            cursor = await db.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+            row = await cursor.fetchone()
+            assert row is not None
+            return cls({}, int(row[0]))
+        cpu: dict[int, float] = {}
+        for pid, _ in rows:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            cpu[pid] = (int(fields[11]) + int(fields[12])) / TICKS
+        return cls(cpu, int(rows[0][1]))
+
+    def since(self, before: ServerReading) -> tuple[float, int]:
+        """CPU seconds and WAL bytes from `before` to this reading (a backend opened in
+        between counts whole; one closed in between is lost, so read before stopping)."""
+        cpu = sum(seconds - before.cpu.get(pid, 0.0) for pid, seconds in self.cpu.items())
+        return cpu, self.wal - before.wal
+
+
 # -- the server and one fresh database per case ------------------------------------------
 
 

@@ -26,10 +26,8 @@ import argparse
 import asyncio
 import cProfile
 import logging
-import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -45,59 +43,8 @@ BATCH = 1_000
 CONCURRENCY = 32
 
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-async def server_cpu(db: psycopg.AsyncConnection[Any]) -> dict[int, float]:
-    """CPU seconds (user and system) of each backend of this database so far, from
-    /proc: the server must run on this machine (else {}, and no server figures)."""
-    cursor = await db.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-    used: dict[int, float] = {}
-    for (pid,) in await cursor.fetchall():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        used[pid] = (int(fields[11]) + int(fields[12])) / TICKS
-    return used
-
-
-async def wal_lsn(db: psycopg.AsyncConnection[Any]) -> int:
-    """The server's WAL position in bytes (every database's: keep the server quiet)."""
-    cursor = await db.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
-    row = await cursor.fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def spent(before: dict[int, float], after: dict[int, float]) -> float:
-    """The backends' CPU between two readings (a backend opened in between: all of its)."""
-    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
-
-
-class Measured(PgbatonSystem):
-    """The bench's adapter, reading the backends' CPU as the worker starts and when the
-    database first shows the drain finished (the worker's connections still open)."""
-
-    server_at_start: dict[int, float] | None = None
-    server_at_end: dict[int, float] | None = None
-
-    async def start_worker(self, concurrency: int) -> None:
-        assert self.db is not None
-        self.server_at_start = await server_cpu(self.db)
-        await super().start_worker(concurrency)
-
-    async def unfinished(self) -> int:
-        left = await super().unfinished()
-        if left == 0 and self.server_at_start is not None and self.server_at_end is None:
-            assert self.db is not None
-            self.server_at_end = await server_cpu(self.db)
-        return left
-
-
-async def fresh(dsn: str) -> Measured:
-    system = Measured(dsn)
+async def fresh(dsn: str) -> PgbatonSystem:
+    system = PgbatonSystem(dsn)
     system.db = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     await system.db.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")  # type: ignore[arg-type]
     await system.install()
@@ -111,9 +58,6 @@ async def measure(
     system = await fresh(dsn)
     try:
         profile = profiles["enqueue"] if profiles else None
-        assert system.db is not None
-        server = await server_cpu(system.db)
-        wal = await wal_lsn(system.db)
         cpu = time.process_time()
         if profile:
             profile.enable()
@@ -121,8 +65,6 @@ async def measure(
         if profile:
             profile.disable()
         enqueue_us = (time.process_time() - cpu) / ENQUEUE_JOBS * 1e6
-        enqueue_wal = (await wal_lsn(system.db) - wal) / ENQUEUE_JOBS
-        enqueue_server_us = spent(server, await server_cpu(system.db)) / ENQUEUE_JOBS * 1e6
     finally:
         await system.close()
     system = await fresh(dsn)
@@ -145,9 +87,10 @@ async def measure(
     return {"enqueue_us": enqueue_us, "enqueue_jobs_per_s": enqueued["metrics"]["jobs_per_s"],
              "drain_us": result["metrics"]["cpu_us_per_job"],
             "drain_jobs_per_s": result["metrics"]["jobs_per_s"],
-            "enqueue_server_us": enqueue_server_us, "enqueue_wal_bytes": enqueue_wal,
-            "drain_server_us": spent(system.server_at_start or {}, system.server_at_end or {})
-            / DRAIN_JOBS * 1e6}
+            "enqueue_server_us": enqueued["metrics"]["server_cpu_us_per_job"],
+            "enqueue_wal_bytes": enqueued["metrics"]["wal_bytes_per_job"],
+            "drain_server_us": result["metrics"]["server_cpu_us_per_job"],
+            "drain_wal_bytes": result["metrics"]["wal_bytes_per_job"]}
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -164,13 +107,15 @@ async def main_async(args: argparse.Namespace) -> None:
               f"WAL {figures['enqueue_wal_bytes']:.0f} B; "
               f"{figures['enqueue_jobs_per_s']:,.0f} jobs/s), "
               f"drain c{CONCURRENCY} {figures['drain_us']:.1f} µs/job CPU "
-              f"(server {figures['drain_server_us']:.1f}; "
+              f"(server {figures['drain_server_us']:.1f}, "
+              f"WAL {figures['drain_wal_bytes']:.0f} B; "
               f"{figures['drain_jobs_per_s']:,.0f} jobs/s)", flush=True)
     summary: dict[str, Any] = {
         key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     print(f"median of {len(rounds)}: bulk enqueue {summary['enqueue_us']:.1f} µs/job "
           f"(server {summary['enqueue_server_us']:.1f}), drain {summary['drain_us']:.1f} "
-          f"µs/job (server {summary['drain_server_us']:.1f})")
+          f"µs/job (server {summary['drain_server_us']:.1f}, "
+          f"WAL {summary['drain_wal_bytes']:.0f} B)")
     if profiles:
         for name, profile in profiles.items():
             profile.dump_stats(f"{args.profile}.{name}")

@@ -14,6 +14,7 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton_limit8": ("pgbaton_system", "PgbatonLimitedSystem"),
     "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
     "pgbaton_p2": ("pgbaton_system", "PgbatonProcesses"),
+    "pgbaton_p4": ("pgbaton_system", "PgbatonFourProcesses"),
     "pgbaton_b_p2": ("pgbaton_system", "PgbatonProcessesClaimingAhead"),
     "pgbaton_base": ("pgbaton_system", "PgbatonAtBase"),
     "pgbaton_base_b": ("pgbaton_system", "PgbatonAtBaseClaimingAhead"),

@@ -90,17 +90,18 @@ class PgbatonSystem(System):
         await self.worker_task
 
     async def start_worker_process(
-        self, concurrency: int, processes: int = 1, claim_ahead: int = 0
+        self, concurrency: int, processes: int = 1, claim_ahead: int | None = None
     ) -> None:
         """`pgbaton worker` on this module's App, as an operator runs it: its defaults
-        apart from the options given. It imports the pgbaton this process imports (the
-        same PYTHONPATH)."""
+        apart from the options given (claim_ahead None: the default, not passed). It
+        imports the pgbaton this process imports (the same PYTHONPATH)."""
         command = [
             sys.executable, "-m", "pgbaton", "worker", f"{__name__}:app",
             "--dsn", self.dsn, "--schema", SCHEMA, "--processes", str(processes),
-            "--concurrency", str(concurrency), "--claim-ahead", str(claim_ahead),
-            "--log-level", "WARNING",
+            "--concurrency", str(concurrency), "--log-level", "WARNING",
         ]
+        if claim_ahead is not None:
+            command += ["--claim-ahead", str(claim_ahead)]
         self.child = ChildWorker(f"pgbaton worker --processes {processes}")
         # The worker processes inherit the supervisor's standard output: their handlers
         # write their starts there (common.Probe in reporting mode).
@@ -217,7 +218,7 @@ class PgbatonProcesses(ChildWorkerMethods, PgbatonSystem):
     label = "pgbaton, 2 processes"
     role = "option"
     processes: ClassVar[int] = 2
-    claim_ahead: ClassVar[int] = 0
+    claim_ahead: ClassVar[int | None] = None
     concurrency_meaning = (
         "`pgbaton worker --processes 2 --concurrency ceil(N/2)`: a supervisor and two "
         "worker processes, each one asyncio loop with ceil(N/2) handler slots, so N "
@@ -236,6 +237,20 @@ class PgbatonProcesses(ChildWorkerMethods, PgbatonSystem):
     async def start_worker(self, concurrency: int) -> None:
         per_process = -(-concurrency // self.processes)
         await self.start_worker_process(per_process, self.processes, self.claim_ahead)
+
+
+class PgbatonFourProcesses(PgbatonProcesses):
+    """The same at four processes: how the drain scales with processes on this machine
+    (one, two and four, beside the concurrencies)."""
+
+    name = "pgbaton_p4"
+    label = "pgbaton, 4 processes"
+    processes = 4
+    concurrency_meaning = PgbatonProcesses.concurrency_meaning.replace(
+        "--processes 2 --concurrency ceil(N/2)", "--processes 4 --concurrency ceil(N/4)"
+    ).replace("two worker", "four worker").replace("ceil(N/2) handler", "ceil(N/4) handler"
+    ).replace("(2 at N = 1)", "(4 at N = 1)").replace("both workers'", "the workers'")
+    cases: ClassVar[frozenset[str]] = frozenset({"drain"})
 
 
 class PgbatonProcessesClaimingAhead(PgbatonProcesses):
