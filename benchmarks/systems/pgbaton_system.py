@@ -210,6 +210,24 @@ class PgbatonClaimingAhead(PgbatonSystem):
         self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
 
 
+class PgbatonNotClaimingAhead(PgbatonSystem):
+    """pgbaton with claiming ahead off (claim_ahead=0): each claim takes only the free
+    slots, as every version before claiming ahead became the default did; beside
+    pgbaton_base, the cost of a job's own path at equal settings."""
+
+    name = "pgbaton_a0"
+    label = "pgbaton, not claiming ahead"
+    role = "variant"
+    settings = PgbatonSystem.settings + " WorkerConfig(claim_ahead=0)."
+    cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
+
+    async def start_worker(self, concurrency: int) -> None:
+        self.worker = Worker(
+            app, WorkerConfig(concurrency=concurrency, claim_ahead=0, dsn=self.dsn)
+        )
+        self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
+
+
 class PgbatonProcesses(ChildWorkerMethods, PgbatonSystem):
     """pgbaton as `pgbaton worker --processes 2` runs it: a supervisor and two worker
     processes, each with its own asyncio loop, splitting concurrency N between them."""
