@@ -17,8 +17,9 @@ from benchmarks.report import (
 )
 from benchmarks.systems.raw_system import RawSQL100, RawSQLInFlight
 
-ROLES = {"pgbaton": "subject", "pgbaton_b": "option", "pgqueuer": "peer",
-         "graphile_b": "peer", "raw1": "ceiling", "raw100": "ceiling"}
+ROLES = {"pgbaton": "subject", "pgbaton_b": "option", "pgbaton_p2": "option",
+         "pgqueuer": "peer", "graphile": "peer", "graphile_b": "peer", "raw1": "ceiling",
+         "raw100": "ceiling"}
 PLAN = {"mode": "full", "jobs": 1000, "bulk_batch": 1000, "concurrency": [32],
         "claim_rows": [], "claim_blocked": [], "time_cap": 60.0, "repeats": 1}
 
@@ -67,8 +68,36 @@ def test_drain_targets_judge_the_defaults_and_the_best_configuration() -> None:
 def test_a_target_whose_reference_was_not_run_is_not_measured() -> None:
     made = results({("drain_c32", "pgbaton", "jobs_per_s"): 10_000})
     for target in evaluate_targets(made, made["summary"]):
-        if target["case_id"] == "drain_c32":
+        if target["case_id"] == "drain_c32" and target["metric"] == "jobs_per_s":
             assert target["defaults"] == {"system": "pgbaton", "value": None, "met": None}
+
+
+def by_title(made: dict[str, Any], words: str) -> dict[str, Any]:
+    (target,) = [t for t in evaluate_targets(made, made["summary"]) if words in t["target"]]
+    return target
+
+
+def test_issue_34s_targets_one_process_and_cpu_against_graphile_tuned() -> None:
+    """The best configuration may be several processes; "one process" may not. Worker
+    CPU is lower-is-better against Graphile Worker tuned, never its defaults."""
+    made = results({
+        ("drain_c32", "pgbaton", "jobs_per_s"): 30_000,
+        ("drain_c32", "pgbaton_p2", "jobs_per_s"): 45_000,
+        ("drain_c32", "graphile", "jobs_per_s"): 20_000,
+        ("drain_c32", "graphile_b", "jobs_per_s"): 40_000,
+        ("drain_c32", "pgbaton", "cpu_us_per_job"): 15.0,
+        ("drain_c32", "graphile", "cpu_us_per_job"): 10.0,
+        ("drain_c32", "graphile_b", "cpu_us_per_job"): 16.0,
+    })
+    best = by_title(made, "best configuration \u2265 1.0")
+    assert best["reference"] == "graphile_b"
+    assert (best["best"]["system"], best["best"]["met"]) == ("pgbaton_p2", True)
+    assert best["defaults"]["met"] is False  # 0.75x
+    one = by_title(made, "one process")
+    assert (one["best"]["system"], one["best"]["met"]) == ("pgbaton", False)  # 0.75x
+    cpu = by_title(made, "Worker CPU")
+    assert cpu["reference"] == "graphile_b"  # not Graphile Worker's defaults' 10 µs
+    assert cpu["defaults"]["met"] is True and round(cpu["defaults"]["value"], 4) == 0.9375
 
 
 def test_latency_targets_are_the_milliseconds_themselves() -> None:
