@@ -28,10 +28,13 @@ class WorkerConfig:
     queues: list[str] | None = None
     concurrency: int = 10
     # Jobs claimed beyond the free slots, to wait in the worker for one: larger claims
-    # and no slot idle while a claim is in flight, at the price of jobs held (leased,
-    # their attempt counted) before they start, which other workers cannot take
-    # (docs/architecture.md, "Claiming ahead"). 0: claim only for free slots.
-    claim_ahead: int = 0
+    # and no slot idle while a claim is in flight, at the price of jobs held before
+    # they start, which other workers cannot take (docs/architecture.md, "Claiming
+    # ahead by default"). "auto": while a backlog waits, about what this worker runs in
+    # TARGET_WAIT_SECONDS (worker/ahead.py), none otherwise and none for limited or
+    # rate-limited queues, and a job held past HOLD_LIMIT_SECONDS is handed back.
+    # A number: always that many. 0: claim only for free slots.
+    claim_ahead: int | str = "auto"
     processes: int = 1
     lease: float = 30.0
     poll_interval: float = 2.0
@@ -122,12 +125,15 @@ class WorkerConfig:
                 raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
         if self.vacuum_dead_tuples is not None:  # None: no vacuum by the leader
             check_int4("vacuum_dead_tuples", self.vacuum_dead_tuples, minimum=0)
-        if (isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
+        if self.claim_ahead != "auto" and (
+                isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
                 or self.claim_ahead < 0):
             raise InvalidArgument(
-                f"claim_ahead must be a whole number >= 0, got {self.claim_ahead!r}"
+                f"claim_ahead must be 'auto' or a whole number >= 0, got "
+                f"{self.claim_ahead!r}"
             )
-        if self.concurrency + self.claim_ahead > INT4_MAX:  # what one claim may ask for
+        if (isinstance(self.claim_ahead, int)
+                and self.concurrency + self.claim_ahead > INT4_MAX):  # one claim's ask
             raise InvalidArgument(
                 f"concurrency + claim_ahead must be at most {INT4_MAX:,}, got "
                 f"{self.concurrency:,} + {self.claim_ahead:,}"
