@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 
 from ..queue_async import AsyncQueue
 from .held import HeldJobs, Running
@@ -30,9 +31,14 @@ RETRY_MAX_SECONDS = 2.0
 
 
 class Starter:
-    def __init__(self, queue: AsyncQueue, held: HeldJobs) -> None:
+    def __init__(
+        self, queue: AsyncQueue, held: HeldJobs, stats: Counter[str] | None = None
+    ) -> None:
         self._queue = queue
         self._held = held
+        # started_ahead: jobs claimed ahead whose start was recorded (the worker's final
+        # statistics).
+        self._stats: Counter[str] = stats if stats is not None else Counter()
         self._requests: list[tuple[Running, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
 
@@ -78,6 +84,7 @@ class Starter:
         # The start leaves each lease as it is (a HOT update): the heartbeat renews the
         # leases of waiting and started jobs alike, so deadline and needs_extend stand.
         started = await self._queue.engine.start_many([r.claim for r, _ in batch])
+        self._stats["started_ahead"] += sum(started)
         for (_, future), ok in zip(batch, started, strict=True):
             if not future.done():
                 future.set_result(ok)
