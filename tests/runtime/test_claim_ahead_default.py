@@ -42,7 +42,7 @@ def _line(context: pgbaton.JobContext, what: str) -> None:
     if path:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, f"{context.job_id} {context.attempt} {what}\n".encode())
+            os.write(fd, f"{context.job_id} {context.attempt} {what} {os.getpid()}\n".encode())
         finally:
             os.close(fd)
 
@@ -119,6 +119,16 @@ def _lines(path: Path, what: str) -> Counter[int]:
         return Counter()
     return Counter(int(line.split()[0]) for line in path.read_text().splitlines()
                    if line.split()[2] == what)
+
+
+def _ran_in(path: Path) -> dict[int, set[int]]:
+    """The worker processes each job's handler started in."""
+    ran: dict[int, set[int]] = {}
+    for line in path.read_text().splitlines():
+        job, _, what, pid = line.split()
+        if what == "start":
+            ran.setdefault(int(job), set()).add(int(pid))
+    return ran
 
 
 def _enqueue(queue: pgbaton.Queue, count: int, **job: Any) -> list[int]:
@@ -326,3 +336,31 @@ def test_a_stopping_worker_hands_back_every_job_it_has_not_started(
     assert _lines(lines_path, "end") == Counter({job: 1 for job in done})
     assert worker.final_stats()["released"] >= 10
     assert len(done) < len(jobs)
+
+
+def test_jobs_held_past_the_hold_limit_are_handed_back_to_another_worker(
+    run_worker, db, queue, lines_path
+):
+    """No-op jobs make worker A's estimate high; then four 30 s jobs fill its four slots
+    while it still claims ahead. The jobs it holds behind them are handed back after
+    about a second (HOLD_LIMIT_SECONDS), attempts and holds given back, and worker B
+    runs them, each once."""
+    _enqueue(queue, 3000, priority=10)
+    hung = _enqueue(queue, 4, args={"seconds": 30}, priority=5)
+    behind = _enqueue(queue, 200, priority=0)
+    first = run_worker("--concurrency", "4", "--shutdown-grace", "1")
+    first.wait_for_log("handed back", timeout=60)
+    assert scalar(db, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND status = 'running'"
+                      " AND started_at IS NOT NULL", hung) == 4
+    second = run_worker("--concurrency", "4")
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE id = ANY(%s)"
+                                  " AND status = 'done'", behind) == len(behind),
+               timeout=60, what="the jobs behind the hung ones done")
+    assert second.stop() == 0
+    assert first.stop() == 0
+    assert first.final_stats()["handed_back"] >= 1
+    ran = _ran_in(lines_path)
+    assert all(ran[job] == {second.pid} for job in behind)
+    assert _lines(lines_path, "start")[behind[0]] == 1
+    assert scalar(db, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND attempts = 1"
+                      " AND holds = 0 AND errors = '[]'", behind) == len(behind)
