@@ -103,7 +103,8 @@ def test_a_job_cancelled_while_it_waits_for_a_slot_is_stopped_and_let_go(
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "3", "Auto", None])
 def test_claim_ahead_is_checked(bad: object) -> None:
-    with pytest.raises(pgbaton.InvalidArgument, match="claim_ahead must be .auto. or a whole number"):
+    with pytest.raises(pgbaton.InvalidArgument,
+                       match=r"claim_ahead must be 'auto' or a whole number >= 0"):
         pgbaton.WorkerConfig(claim_ahead=bad)  # type: ignore[arg-type]
 
 

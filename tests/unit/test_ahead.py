@@ -5,7 +5,10 @@ a given rate."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
+from pgbaton._cli_common import AutoOrWholeNumber
+from pgbaton.cli.main import main
 from pgbaton.worker.ahead import HOLD_LIMIT_SECONDS, TARGET_WAIT_SECONDS, AheadSizer
 
 
@@ -88,3 +91,19 @@ def test_a_slow_claim_widens_the_horizon_to_two_round_trips() -> None:
     slow = Simulation(concurrency=64, round_trip=0.1)
     assert slow.run(5.0, ending_per_second=2_000, full=True)[-1] == pytest.approx(
         2_000 * 0.2, abs=10)
+
+
+@pytest.mark.parametrize("bad", ["-1", "1.5", "lots", ""])
+def test_a_bad_claim_ahead_option_is_refused_naming_it(bad: str) -> None:
+    """`pgbaton worker --claim-ahead` takes auto or a whole number >= 0; anything else
+    exits 2 before the worker starts, with one line naming the option."""
+    done = CliRunner().invoke(main, ["worker", "app:app", "--claim-ahead", bad])
+    assert done.exit_code == 2
+    assert "Invalid value for '--claim-ahead'" in done.output
+    assert "must be 'auto' or a whole number >= 0" in done.output
+
+
+@pytest.mark.parametrize(("given", "read"), [("auto", "auto"), ("AUTO", "auto"), ("0", 0),
+                                              ("48", 48)])
+def test_the_claim_ahead_option_reads_auto_or_a_number(given: str, read: object) -> None:
+    assert AutoOrWholeNumber().convert(given, None, None) == read
