@@ -7,6 +7,8 @@ maintenance, so that the test app's every-second periodic job takes no slot."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import pgbaton
@@ -280,3 +282,27 @@ def test_a_start_is_a_hot_update(queue: pgbaton.Queue, db, schema: str) -> None:
     assert counts == {"n_tup_upd": 5, "n_tup_hot_upd": 5}
     assert scalar(db, "SELECT count(*) FROM jobs WHERE started_at IS NOT NULL"
                   " AND holds = 0") == 5
+
+
+def test_the_heartbeat_keeps_the_leases_of_held_and_started_jobs(
+    start_worker, app_schema, db, queue
+):
+    """The start of a job claimed ahead no longer renews its lease: the heartbeat keeps
+    both leases, the waiting job's and the started one's. A 1.5 s lease, a 4 s job and
+    one waiting behind it (a fixed claim-ahead of 1, which hands nothing back): reaped
+    over and over meanwhile, neither job's lease ever runs out, and both end done on
+    their first attempt."""
+    first = app_under_test.work.enqueue({"seconds": 4.0})
+    behind = app_under_test.work.enqueue({"seconds": 2.0})
+    worker = start_worker("--concurrency", "1", "--claim-ahead", "1", "--lease", "1.5",
+                          "--no-maintenance")
+    wait_until(lambda: _held(db) == 2, what="both jobs held")
+    reaped = 0
+    while scalar(db, "SELECT count(*) FROM jobs WHERE status = 'done'") < 2:
+        reaped += queue.reap()
+        time.sleep(0.1)
+        assert reaped == 0
+    assert worker.stop() == 0
+    rows = db.execute("SELECT attempts, errors FROM jobs WHERE id = ANY(%s)",
+                      ([first, behind],)).fetchall()
+    assert rows == [{"attempts": 1, "errors": []}] * 2
