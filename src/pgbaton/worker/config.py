@@ -15,6 +15,7 @@ from .._checks import check_int4, check_lease, check_partition_width
 from ..errors import InvalidArgument
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
+from .ahead import most_ahead
 
 
 def default_worker_id() -> str:
@@ -132,11 +133,15 @@ class WorkerConfig:
                 f"claim_ahead must be 'auto' or a whole number >= 0, got "
                 f"{self.claim_ahead!r}"
             )
-        if (isinstance(self.claim_ahead, int)
-                and self.concurrency + self.claim_ahead > INT4_MAX):  # one claim's ask
+        # What one claim may ask for; "auto" asks for at most most_ahead() beyond.
+        ahead = (self.claim_ahead if isinstance(self.claim_ahead, int)
+                 else most_ahead(self.concurrency))
+        if self.concurrency + ahead > INT4_MAX:
             raise InvalidArgument(
                 f"concurrency + claim_ahead must be at most {INT4_MAX:,}, got "
-                f"{self.concurrency:,} + {self.claim_ahead:,}"
+                f"{self.concurrency:,} + {ahead:,}"
+                + (" (the most claim_ahead 'auto' takes)" if ahead != self.claim_ahead
+                   else "")
             )
         if self.listen_dsn is not None and (
             not isinstance(self.listen_dsn, str) or not self.listen_dsn.strip()
