@@ -59,6 +59,26 @@ class NumberRange(_TypedInAscii, click.FloatRange):
     parse = staticmethod(parse_number)
 
 
+class AutoOrWholeNumber(_ParamType):
+    """`auto`, or a whole number >= 0 in ASCII digits (--claim-ahead)."""
+
+    name = "auto|N"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            number = parse_whole("it", value) if isinstance(value, str) else None
+        except InvalidArgument:
+            number = None
+        if number is None or number < 0:
+            self.fail(f"must be 'auto' or a whole number >= 0, got {value!r}", param, ctx)
+        return int(number)
+
+
 WHOLE_NUMBER = WholeNumber()
 NUMBER = Number()
 

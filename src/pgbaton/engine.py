@@ -202,15 +202,16 @@ class Engine:
         return [(row["status"], None if row["same_token"] else row["worker_id"])
                 for row in rows]
 
-    def start_many(self, claims: Iterable[Claim], *, lease: float = 30.0) -> list[bool]:
+    def start_many(self, claims: Iterable[Claim]) -> list[bool]:
         """Record the start of jobs claimed ahead (claim_batch's `starting`), in one
-        statement, and renew their leases. Returns, for each claim in order, whether it
-        is still held: a job cancelled or taken by another worker since its claim must
-        not start (release it)."""
+        statement. Returns, for each claim in order, whether it is still held: a job
+        cancelled or taken by another worker since its claim must not start (release
+        it). Their leases are left as they are: the heartbeat renews them, and a start
+        that writes no indexed column is a HOT update."""
         claims = list(claims)
         if not claims:
             return []
-        rows = self._db._fetch("job_start_many", lease_params(claims, lease))
+        rows = self._db._fetch("job_start_many", held_params(claims))
         renew_leases(claims, rows, started=True)
         return changed(rows, len(claims))
 

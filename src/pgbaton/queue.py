@@ -737,10 +737,10 @@ class Queue(database.Database):
         holds it, if another one does (engine.claims_lost)."""
         return self.engine.claims_lost(claims)
 
-    def start_many(self, claims: Iterable[Claim], *, lease: float = 30.0) -> list[bool]:
+    def start_many(self, claims: Iterable[Claim]) -> list[bool]:
         """Record the start of jobs claimed ahead; for each, whether it is still held
-        (engine.start_many)."""
-        return self.engine.start_many(claims, lease=lease)
+        (engine.start_many). Their leases are left to the heartbeat."""
+        return self.engine.start_many(claims)
 
     def write_progress(
         self, reports: Iterable[tuple[Claim, float | None, str | None]]

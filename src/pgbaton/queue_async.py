@@ -736,10 +736,10 @@ class AsyncQueue(database.AsyncDatabase):
         holds it, if another one does (engine.claims_lost)."""
         return await self.engine.claims_lost(claims)
 
-    async def start_many(self, claims: Iterable[Claim], *, lease: float = 30.0) -> list[bool]:
+    async def start_many(self, claims: Iterable[Claim]) -> list[bool]:
         """Record the start of jobs claimed ahead; for each, whether it is still held
-        (engine.start_many)."""
-        return await self.engine.start_many(claims, lease=lease)
+        (engine.start_many). Their leases are left to the heartbeat."""
+        return await self.engine.start_many(claims)
 
     async def write_progress(
         self, reports: Iterable[tuple[Claim, float | None, str | None]]

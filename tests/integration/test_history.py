@@ -76,7 +76,7 @@ def test_jobs_history_has_the_columns_of_jobs_in_their_order(queue, db):
     order: the move is INSERT ... SELECT *, so a migration that adds a column to jobs and
     forgets jobs_history fails here, not in production."""
     jobs = columns(db, "jobs")
-    assert len(jobs) == 33 and jobs[0][0] == "id" and jobs[-1][0] == "waiting_event"
+    assert len(jobs) == 34 and jobs[0][0] == "id" and jobs[-1][0] == "holds"
     assert columns(db, "jobs_history") == jobs
     kind = db.execute(
         "SELECT c.relkind::text AS kind, pg_get_partkeydef(c.oid) AS key FROM pg_class c"

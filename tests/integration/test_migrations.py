@@ -130,13 +130,13 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     assert job_columns[:3] == ["id", "queue", "task"]
     # Migration 4's limit_key, migration 5's columns, migration 6's meta, then
     # migration 12's unique columns, 13's awaited, 14's snoozes, 15's progress and the
-    # durable steps' two (18).
-    assert job_columns[-14:] == [
+    # durable steps' two (18), then migration 21's holds (claiming ahead by default).
+    assert job_columns[-15:] == [
         "limit_key", "has_dependents", "waiting_for", "batch_id", "meta",
         "unique_key", "unique_states", "awaited", "snoozes",
-        "progress", "progress_note", "progress_at", "has_steps", "waiting_event",
+        "progress", "progress_note", "progress_at", "has_steps", "waiting_event", "holds",
     ]
-    assert len(job_columns) == 33
+    assert len(job_columns) == 34
     assert {i["indexname"] for i in migrated["indexes"]} >= {
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }

@@ -7,9 +7,12 @@ maintenance, so that the test app's every-second periodic job takes no slot."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import pgbaton
+from pgbaton import _sql
 from tests.runtime import app_under_test
 from tests.runtime.conftest import scalar, wait_until
 
@@ -100,9 +103,10 @@ def test_a_job_cancelled_while_it_waits_for_a_slot_is_stopped_and_let_go(
     assert queue.get(behind).status == "cancelled"
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3", "Auto", None])
 def test_claim_ahead_is_checked(bad: object) -> None:
-    with pytest.raises(pgbaton.InvalidArgument, match="claim_ahead must be a whole number"):
+    with pytest.raises(pgbaton.InvalidArgument,
+                       match=r"claim_ahead must be 'auto' or a whole number >= 0"):
         pgbaton.WorkerConfig(claim_ahead=bad)  # type: ignore[arg-type]
 
 
@@ -225,11 +229,19 @@ def test_a_claim_records_the_start_of_only_the_jobs_that_start_at_once(
         "SELECT id, started_at FROM jobs")}
     assert started == {c.id: c.started for c in claims}
 
+    # A job claimed ahead counts a hold; the jobs started at once do not.
+    holds = {r["id"]: r["holds"] for r in db.execute("SELECT id, holds FROM jobs")}
+    assert holds == {c.id: 0 if c.started else 1 for c in claims}
+
     assert queue.cancel(claims[3].id) is True
-    assert queue.start_many(claims[2:4], lease=60) == [True, False]
+    lease_before = scalar(db, "SELECT lease_until FROM jobs WHERE id = %s", claims[2].id)
+    assert queue.start_many(claims[2:4]) == [True, False]
     assert claims[2].started and not claims[3].started
-    assert scalar(db, "SELECT started_at IS NOT NULL AND lease_until > now() + interval"
-                  " '50 s' FROM jobs WHERE id = %s", claims[2].id)
+    # The start takes its hold back and leaves the lease to the heartbeat.
+    row = db.execute("SELECT started_at, lease_until, holds FROM jobs WHERE id = %s",
+                     (claims[2].id,)).fetchone()
+    assert row["started_at"] is not None
+    assert (row["lease_until"], row["holds"]) == (lease_before, 0)
 
     db.execute("UPDATE jobs SET lease_until = now() - interval '1 s'"
                " WHERE id = %s", (claims[4].id,))
@@ -239,9 +251,58 @@ def test_a_claim_records_the_start_of_only_the_jobs_that_start_at_once(
     assert (row["status"], row["attempts"], row["started_at"]) == ("pending", 0, None)
     assert [(e["type"], e["started"], e["attempt"]) for e in row["errors"]] == [
         ("LeaseExpired", False, 1)]
+    # Its worker died holding it: the hold stays counted.
+    assert scalar(db, "SELECT holds FROM jobs WHERE id = %s", claims[4].id) == 1
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
 def test_starting_is_checked(queue: pgbaton.Queue, bad: object) -> None:
     with pytest.raises(pgbaton.InvalidArgument, match="starting must be a whole number"):
         queue.claim_batch("w", limit=5, starting=bad)  # type: ignore[arg-type]
+
+
+def test_a_start_is_a_hot_update(queue: pgbaton.Queue, db, schema: str) -> None:
+    """job_start_many writes no indexed column (started_at and holds only, not
+    lease_until), so PostgreSQL updates the row in place (HOT): no new entry in the
+    primary key and the lease indexes for every job claimed ahead. Counted in the
+    statement's own transaction, whose statistics pg_stat_xact_user_tables shows. Five
+    jobs: their rows, claimed and started, fit in one page, as HOT needs."""
+    jobs = [queue.enqueue("t") for _ in range(5)]
+    claims = queue.claim_batch("w", limit=5, lease=30, starting=0).claims
+    assert sorted(c.id for c in claims) == sorted(jobs)
+    assert not any(c.started for c in claims)
+    start = _sql.queries(schema)["job_start_many"]
+    with db.transaction():
+        rows = db.execute(start, {"ids": [c.id for c in claims],
+                                  "tokens": [c.token for c in claims]}).fetchall()
+        counts = db.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables"
+            " WHERE relid = 'jobs'::regclass").fetchone()
+    assert len(rows) == 5
+    assert counts == {"n_tup_upd": 5, "n_tup_hot_upd": 5}
+    assert scalar(db, "SELECT count(*) FROM jobs WHERE started_at IS NOT NULL"
+                  " AND holds = 0") == 5
+
+
+def test_the_heartbeat_keeps_the_leases_of_held_and_started_jobs(
+    start_worker, app_schema, db, queue
+):
+    """The start of a job claimed ahead no longer renews its lease: the heartbeat keeps
+    both leases, the waiting job's and the started one's. A 1.5 s lease, a 4 s job and
+    one waiting behind it (a fixed claim-ahead of 1, which hands nothing back): reaped
+    over and over meanwhile, neither job's lease ever runs out, and both end done on
+    their first attempt."""
+    first = app_under_test.work.enqueue({"seconds": 4.0})
+    behind = app_under_test.work.enqueue({"seconds": 2.0})
+    worker = start_worker("--concurrency", "1", "--claim-ahead", "1", "--lease", "1.5",
+                          "--no-maintenance")
+    wait_until(lambda: _held(db) == 2, what="both jobs held")
+    reaped = 0
+    while scalar(db, "SELECT count(*) FROM jobs WHERE status = 'done'") < 2:
+        reaped += queue.reap()
+        time.sleep(0.1)
+        assert reaped == 0
+    assert worker.stop() == 0
+    rows = db.execute("SELECT attempts, errors FROM jobs WHERE id = ANY(%s)",
+                      ([first, behind],)).fetchall()
+    assert rows == [{"attempts": 1, "errors": []}] * 2

@@ -27,6 +27,7 @@ from .._cli_common import (
     NUMBER,
     SCHEMA_HELP,
     WHOLE_NUMBER,
+    AutoOrWholeNumber,
     NumberRange,
     WholeNumberRange,
     _print_json,
@@ -197,9 +198,11 @@ def load_app(spec: str) -> App:
               help="Jobs at once per process.")
 @click.option("--processes", type=WHOLE_NUMBER, default=1, show_default=True,
               help="Worker processes.")
-@click.option("--claim-ahead", type=WholeNumberRange(min=0), default=0, show_default=True,
-              help="Jobs to claim beyond the free slots, waiting in the worker for one: "
-                   "faster drains of short jobs, but held jobs other workers cannot take.")
+@click.option("--claim-ahead", type=AutoOrWholeNumber(), default="auto", show_default=True,
+              help="Jobs to claim beyond the free slots, waiting in the worker for one. "
+                   "auto: while a backlog waits, about what the worker runs in 50 ms "
+                   "(none without a backlog, or for limited or rate-limited queues); "
+                   "N: always N; 0: none.")
 @click.option("--lease", type=NUMBER, default=30.0, show_default=True, help="Lease in seconds.")
 @click.option("--poll-interval", type=NUMBER, default=2.0, show_default=True,
               help="Seconds between polls.")
@@ -248,7 +251,7 @@ def load_app(spec: str) -> App:
               help="Least severe records kept with each job's attempt.")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
-    queues: str | None, concurrency: int, processes: int, claim_ahead: int,
+    queues: str | None, concurrency: int, processes: int, claim_ahead: int | str,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     listen_dsn: str | None, connect_timeout: float, log_level: str, log_format: str,
     stats_file: str | None, metrics_port: int | None, retention_mode: str,

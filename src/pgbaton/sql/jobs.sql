@@ -202,7 +202,12 @@ LIMIT 1;
 -- `starting`: how many of the batch start at once (the worker's free slots); only they
 -- get started_at, the first in claim order. The others wait in the worker (claimed
 -- ahead) until job_start_many starts them: a running job with no started_at never ran
--- its handler, and job_reap gives its attempt back.
+-- its handler, and job_reap gives its attempt back. A job claimed ahead counts a hold
+-- (holds + 1), which its start or its release takes back: what stays counted are the
+-- holds its workers died in. A job held 3 times so is started at its claim, wherever it
+-- stands in the batch, so a job that kills its worker before it starts spends its
+-- attempts instead of coming back for ever (docs/architecture.md, "Claiming ahead by
+-- default").
 WITH candidate AS (
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
         SELECT array_agg(every.id)
@@ -343,7 +348,12 @@ claimed AS (
         -- the first test spares them the search.
         started_at  = CASE WHEN %(starting)s::integer >= %(limit)s::integer
                              OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
-                           THEN now() END
+                             OR j.holds >= 3
+                           THEN now() END,
+        holds       = j.holds + CASE WHEN %(starting)s::integer >= %(limit)s::integer
+                                       OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
+                                       OR j.holds >= 3
+                                     THEN 0 ELSE 1 END
     FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
     WHERE j.id = ANY(candidate.ids)
     RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
@@ -423,12 +433,16 @@ ORDER BY held.position;
 -- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
 -- worker is about to start at one moment, in one statement, each fenced by its token.
 -- A job cancelled, or taken by another worker after its lease, since its claim is not
--- changed and must not start. The lease is renewed: the job may have waited long.
+-- changed and must not start. The start takes back the hold its claim counted.
+-- The lease is left alone: the heartbeat renews every lease the worker holds, waiting
+-- or started, and lease_until is in the lease indexes' keys and predicates, so writing
+-- it would make every start a non-HOT update (a new entry in each index); started_at
+-- and holds are in none, so a start is a HOT update.
 -- Like the claim, a start need not wait for the disk: one lost in a server crash is
 -- lost with its claim's lease, as if the worker had died before the start.
 UPDATE __schema__.jobs AS j
 SET started_at  = now(),
-    lease_until = now() + make_interval(secs => %(lease)s::float8)
+    holds       = greatest(j.holds - 1, 0)
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position),
      (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
@@ -567,7 +581,11 @@ SET status      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN '
                        ELSE j.errors END,
     worker_id   = NULL,
     started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.started_at
-                  END
+                  END,
+    -- A job released before it started was held ahead by a worker that lived to hand
+    -- it back: the hold its claim counted is taken back (job_claim_many).
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
 FROM held
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.status;

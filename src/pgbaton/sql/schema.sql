@@ -51,6 +51,12 @@ CREATE TABLE __schema__.jobs (
     -- The event a suspended job waits for (ctx.wait_for); send_event wakes it. NULL
     -- unless the job is pending on that wait: jobs_waiting_event_cleared (migration 20).
     waiting_event   text,
+    -- How many times a worker claimed the job ahead (to wait in the worker for a slot)
+    -- and neither started it nor handed it back: its worker died holding it (migration
+    -- 21). The claim counts the hold, the start and the release take it back. From 3,
+    -- the claim records the job's start at once, so a job that kills its worker before
+    -- it starts spends its attempts (docs/architecture.md, "Claiming ahead by default").
+    holds           smallint    NOT NULL DEFAULT 0,
     CONSTRAINT jobs_unique_whole CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_status_known
         CHECK (status IN ('pending', 'running', 'done', 'failed', 'cancelled', 'waiting')),
@@ -427,7 +433,12 @@ BEGIN
             lease_until = clock_timestamp() + make_interval(secs => lease),
             attempts    = j.attempts + 1,
             worker_id   = worker,
-            started_at  = CASE WHEN picked.place <= starting THEN clock_timestamp() END
+            -- A job held ahead 3 times by workers that died holding it starts at its
+            -- claim (migration 21): its next death spends an attempt.
+            started_at  = CASE WHEN picked.place <= starting OR j.holds >= 3
+                               THEN clock_timestamp() END,
+            holds       = j.holds + CASE WHEN picked.place <= starting OR j.holds >= 3
+                                         THEN 0 ELSE 1 END
         FROM picked
         WHERE j.id = picked.id
         RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,

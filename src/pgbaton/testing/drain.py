@@ -61,9 +61,12 @@ async def drain_async(
 ) -> list[JobResult]:
     """drain() on the running event loop."""
     queues = None if queue is None else [queue]
+    # claim_ahead=0: a test's drain claims what it runs at once, never holds a job
+    # behind another, and so sees each job's attempts as they were before the drain.
     worker = Worker(app, WorkerConfig(
-        queues=queues, concurrency=concurrency, maintenance=False, poll_interval=0.05,
-        shutdown_grace=timeout, worker_id=f"pgbaton-drain-{threading.get_ident()}",
+        queues=queues, concurrency=concurrency, claim_ahead=0, maintenance=False,
+        poll_interval=0.05, shutdown_grace=timeout,
+        worker_id=f"pgbaton-drain-{threading.get_ident()}",
     ))
     claimed: list[int] = []
 

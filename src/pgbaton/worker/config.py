@@ -15,6 +15,7 @@ from .._checks import check_int4, check_lease, check_partition_width
 from ..errors import InvalidArgument
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
+from .ahead import most_ahead
 
 
 def default_worker_id() -> str:
@@ -28,10 +29,13 @@ class WorkerConfig:
     queues: list[str] | None = None
     concurrency: int = 10
     # Jobs claimed beyond the free slots, to wait in the worker for one: larger claims
-    # and no slot idle while a claim is in flight, at the price of jobs held (leased,
-    # their attempt counted) before they start, which other workers cannot take
-    # (docs/architecture.md, "Claiming ahead"). 0: claim only for free slots.
-    claim_ahead: int = 0
+    # and no slot idle while a claim is in flight, at the price of jobs held before
+    # they start, which other workers cannot take (docs/architecture.md, "Claiming
+    # ahead by default"). "auto": while a backlog waits, about what this worker runs in
+    # TARGET_WAIT_SECONDS (worker/ahead.py), none otherwise and none for limited or
+    # rate-limited queues, and a job held past HOLD_LIMIT_SECONDS is handed back.
+    # A number: always that many. 0: claim only for free slots.
+    claim_ahead: int | str = "auto"
     processes: int = 1
     lease: float = 30.0
     poll_interval: float = 2.0
@@ -122,15 +126,22 @@ class WorkerConfig:
                 raise InvalidArgument(f"{name} must be a whole number >= 1, got {value!r}")
         if self.vacuum_dead_tuples is not None:  # None: no vacuum by the leader
             check_int4("vacuum_dead_tuples", self.vacuum_dead_tuples, minimum=0)
-        if (isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
+        if self.claim_ahead != "auto" and (
+                isinstance(self.claim_ahead, bool) or not isinstance(self.claim_ahead, int)
                 or self.claim_ahead < 0):
             raise InvalidArgument(
-                f"claim_ahead must be a whole number >= 0, got {self.claim_ahead!r}"
+                f"claim_ahead must be 'auto' or a whole number >= 0, got "
+                f"{self.claim_ahead!r}"
             )
-        if self.concurrency + self.claim_ahead > INT4_MAX:  # what one claim may ask for
+        # What one claim may ask for; "auto" asks for at most most_ahead() beyond.
+        ahead = (self.claim_ahead if isinstance(self.claim_ahead, int)
+                 else most_ahead(self.concurrency))
+        if self.concurrency + ahead > INT4_MAX:
             raise InvalidArgument(
                 f"concurrency + claim_ahead must be at most {INT4_MAX:,}, got "
-                f"{self.concurrency:,} + {self.claim_ahead:,}"
+                f"{self.concurrency:,} + {ahead:,}"
+                + (" (the most claim_ahead 'auto' takes)" if ahead != self.claim_ahead
+                   else "")
             )
         if self.listen_dsn is not None and (
             not isinstance(self.listen_dsn, str) or not self.listen_dsn.strip()

@@ -100,6 +100,7 @@ class Executor:
         """Run the claims just made, each as soon as a slot is free; sent_at is when the
         claim statement was sent."""
         loop = asyncio.get_running_loop()
+        now = self.held.now()
         # The jobs whose start the claim recorded take the free slots: the semaphore
         # serves them first (the claim marks the first in claim order already).
         for claim in sorted(claims, key=lambda c: not c.started):
@@ -109,7 +110,7 @@ class Executor:
             context._queue, context._emit = self._queue, self._emit_step
             running = Running(
                 claim, context, task, lease, deadline=sent_at + self.claim_lease,
-                needs_extend=lease != self.claim_lease,
+                needs_extend=lease != self.claim_lease, held_since=now,
             )
             self.held.add(running)
             running.handler = loop.create_task(self._execute(running))
@@ -126,7 +127,7 @@ class Executor:
         slot = outlived = False
         try:
             await self._slots.acquire()
-            slot = True
+            slot = running.has_slot = True
             if not running.claim.started and not await self._start_ahead(running):
                 self._not_started(running)
             else:

@@ -66,6 +66,10 @@ class Running:
     handler: asyncio.Task[None] | None = None
     thread: concurrent.futures.Future[Any] | None = None
     started: float | None = None  # monotonic, when the handler started (None: waiting)
+    # Monotonic, when the claim came back: a job claimed ahead waits from then.
+    held_since: float = 0.0
+    # It holds one of the executor's slots (it may be starting); before, it waits.
+    has_slot: bool = False
     # Its sync handler's thread outlived the claim (lost, released): it keeps a slot.
     strayed: bool = False
     lost: bool = False
@@ -108,8 +112,11 @@ def loss_of(status: str | None, holder: str | None) -> tuple[str, str]:
 class HeldJobs:
     concurrency: int
     # Claims taken beyond the free slots, waiting in this worker for one (claim_ahead in
-    # WorkerConfig, docs/architecture.md "Claiming ahead").
+    # WorkerConfig, docs/architecture.md "Claiming ahead"): fixed, or set by the
+    # producer before each claim when it sizes them itself (worker/ahead.py).
     claim_ahead: int = 0
+    # Handlers that have ended so far, a running total (the default claim-ahead's rate).
+    handlers_ended: int = 0
     by_token: dict[uuid.UUID, Running] = field(default_factory=dict)
     waiting: int = 0  # claimed, handler not started yet
     # Handlers started, until their outcome is recorded; a sync handler past its
@@ -201,6 +208,7 @@ class HeldJobs:
             self.waiting -= 1  # stopped before a slot came free
         else:
             self.executing -= 1
+            self.handlers_ended += 1
         self.slot_free.set()
         if outcome is None:
             self.forget(running)

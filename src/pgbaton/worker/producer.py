@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ..models import Claim
 from ..queue_async import AsyncQueue
+from .ahead import AheadSizer
 from .held import HeldJobs
 from .supervisor import is_transient
 
@@ -43,6 +44,7 @@ class Producer:
         start: Callable[[list[Claim], float], None],
         stopping: asyncio.Event,
         stats: Counter[str] | None = None,
+        sizer: AheadSizer | None = None,
     ) -> None:
         self.queue = queue
         self.held = held
@@ -54,6 +56,9 @@ class Producer:
         self._start = start
         self._stopping = stopping
         self.wakeup = asyncio.Event()
+        # Sizes the claims ahead before each claim (claim_ahead "auto"); None: the
+        # held jobs' fixed claim_ahead.
+        self.sizer = sizer
         # claimed_for_finished: claims that took the room of this worker's finished,
         # not yet written jobs (the worker's final statistics).
         self.stats: Counter[str] = stats if stats is not None else Counter()
@@ -69,6 +74,8 @@ class Producer:
                 # The database may not see our heartbeats: claim nothing we may not keep.
                 await self._until(self.held.heartbeat_ok, self.poll_interval)
                 continue
+            if self.sizer is not None:
+                self.held.claim_ahead = self._ahead()
             free = self.held.free_slots()
             if self.held.claim_ahead and await self._serves_a_rate():
                 free = min(free, self.held.starting_now())
@@ -98,6 +105,9 @@ class Producer:
                 continue
             delay = RETRY_START_SECONDS
             claims = batch.claims
+            if self.sizer is not None:
+                self.sizer.claimed(asked=free, got=len(claims),
+                                   round_trip=self.held.now() - sent)
             if finished and claims:
                 self.stats["claimed_for_finished"] += self.held.room_taken_by(claims, finished)
             if claims:
@@ -108,6 +118,14 @@ class Producer:
                     # A rate-limited queue is full: sleep until its next start is due.
                     poll = min(poll, batch.next_slot_in)
                 await self._until(self.wakeup, poll)
+
+    def _ahead(self) -> int:
+        """The default claim-ahead: none for a worker that may claim jobs of a limited
+        or rate-limited queue (held jobs would count against its limit, or start in a
+        burst past its rate); else the sizer's estimate."""
+        assert self.sizer is not None
+        ahead = self.sizer.ahead(now=self.held.now(), handlers_ended=self.held.handlers_ended)
+        return 0 if ahead and self._serves_limited() else ahead
 
     async def _serves_a_rate(self) -> bool:
         """Whether a rate-limited queue is among this worker's: its jobs are claimed

@@ -4,6 +4,7 @@
       -> Producer    claims for free slots (producer.py)
       -> Executor    runs handlers (executor.py)
       -> Starter     records the start of jobs claimed ahead (starter.py)
+      -> HandBack    releases jobs claimed ahead that waited too long (hand_back.py)
       -> Heartbeat   extends leases, fences itself when it cannot, writes progress
                      (heartbeat.py)
       -> Completer   writes outcomes in batches, each attempt's log lines first
@@ -47,9 +48,11 @@ from ..outcomes import Cancel, Discard, SnoozeLimit
 from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from ..schedules import CODE_SCHEDULE_GRACE, code_definitions
+from .ahead import HOLD_LIMIT_SECONDS, AheadSizer
 from .completer import Completer, write_run_extras
 from .config import WorkerConfig, default_worker_id
 from .executor import Executor
+from .hand_back import HandBack
 from .heartbeat import Heartbeat
 from .held import HeldJobs, Outcome, Running
 from .listener import listen
@@ -85,13 +88,18 @@ class Worker:
         self.events = app.events
         self.stats: Counter[str] = Counter()
         self.exit_status = 0
-        self.held = HeldJobs(self.config.concurrency, self.config.claim_ahead)
+        # claim_ahead "auto": the producer sizes each claim's jobs ahead, and jobs held
+        # past the hold limit are handed back (docs/architecture.md, "Claiming ahead by
+        # default"); a number: always that many.
+        auto_ahead = self.config.claim_ahead == "auto"
+        self.held = HeldJobs(self.config.concurrency,
+                             0 if auto_ahead else int(self.config.claim_ahead))
         self._stopping = asyncio.Event()
         self._forced = asyncio.Event()
         self.heartbeat = Heartbeat(
             self.queue, self.held, default_lease=self.config.lease, notify=self._notify
         )
-        self.starter = Starter(self.queue, self.held)
+        self.starter = Starter(self.queue, self.held, self.stats)
         self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,
                                  queues=self.config.queues,
                                  concurrency=self.config.concurrency)
@@ -108,7 +116,13 @@ class Worker:
             tasks=None if self.config.claim_unknown_tasks else sorted(app.tasks),
             poll_interval=self.config.poll_interval,
             start=self._started, stopping=self._stopping, stats=self.stats,
+            sizer=AheadSizer(self.config.concurrency, now=self.held.now())
+            if auto_ahead else None,
         )
+        self.hand_back = HandBack(
+            self.queue, self.held, hold_limit=HOLD_LIMIT_SECONDS, stopping=self._stopping,
+            stats=self.stats, notify=self._notify,
+        ) if auto_ahead else None
         self.completer = Completer(self.queue, self.held, self._written)
         self.supervisor = Supervisor(
             failure_limit=self.config.part_failure_limit,
@@ -170,6 +184,8 @@ class Worker:
         start("fence", self.heartbeat.fence)
         start("progress", self.heartbeat.flush_progress)
         start("presence", self.presence.run)
+        if self.hand_back is not None:
+            start("hand_back", self.hand_back.run)
         session_connect = sessions.connector(self.queue, f"pgbaton worker {self.worker_id}")
         if session_connect is not None:  # else polling only (plan_sessions warned)
             start("listener", lambda: listen(

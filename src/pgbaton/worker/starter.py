@@ -10,13 +10,15 @@ or taken by another worker after its lease, is found out here and never starts.
 
 Requests queue up while a statement is in flight, so under load each carries many
 jobs. A start that fails for a passing reason is retried with backoff; meanwhile the
-job keeps its slot, and the heartbeat's fence stops it if its lease runs out.
+job keeps its slot, and the heartbeat's fence stops it if its lease runs out. The start
+writes started_at alone (a HOT update); the heartbeat keeps the lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 
 from ..queue_async import AsyncQueue
 from .held import HeldJobs, Running
@@ -29,9 +31,14 @@ RETRY_MAX_SECONDS = 2.0
 
 
 class Starter:
-    def __init__(self, queue: AsyncQueue, held: HeldJobs) -> None:
+    def __init__(
+        self, queue: AsyncQueue, held: HeldJobs, stats: Counter[str] | None = None
+    ) -> None:
         self._queue = queue
         self._held = held
+        # started_ahead: jobs claimed ahead whose start was recorded (the worker's final
+        # statistics).
+        self._stats: Counter[str] = stats if stats is not None else Counter()
         self._requests: list[tuple[Running, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
 
@@ -74,15 +81,10 @@ class Starter:
         return batch
 
     async def _write(self, batch: list[tuple[Running, asyncio.Future[bool]]]) -> None:
-        by_lease: dict[float, list[tuple[Running, asyncio.Future[bool]]]] = {}
-        for request in batch:
-            by_lease.setdefault(request[0].lease, []).append(request)
-        for lease, group in by_lease.items():
-            sent = self._held.now()
-            started = await self._queue.engine.start_many([r.claim for r, _ in group], lease=lease)
-            for (running, future), ok in zip(group, started, strict=True):
-                if ok:
-                    running.deadline = sent + lease
-                    running.needs_extend = False
-                if not future.done():
-                    future.set_result(ok)
+        # The start leaves each lease as it is (a HOT update): the heartbeat renews the
+        # leases of waiting and started jobs alike, so deadline and needs_extend stand.
+        started = await self._queue.engine.start_many([r.claim for r, _ in batch])
+        self._stats["started_ahead"] += sum(started)
+        for (_, future), ok in zip(batch, started, strict=True):
+            if not future.done():
+                future.set_result(ok)

@@ -1,0 +1,90 @@
+"""How many jobs a worker claims ahead by default (`claim_ahead="auto"`): enough to keep
+its slots busy while its next claim is in flight, and never more than it runs in about
+TARGET_WAIT_SECONDS (docs/architecture.md, "Claiming ahead by default").
+
+    ahead = 0                                         no backlog (the last claim came
+                                                      back short of what it asked)
+    ahead = clamp(ceil(R * max(2 r, T)), 0, cap)      otherwise (0 below half a job)
+
+R is the rate at which this worker's handlers end (per second, an average that forgets
+within about RATE_MEMORY_SECONDS), r the claim's round trip (an average), T the target
+wait, cap = min(16 * concurrency, 1024). A job claimed ahead so waits in the worker
+about T (or a round trip or two, on a slow link), whatever its run time: 1 s jobs at
+concurrency 32 get 2 ahead, no-op jobs hundreds. Pure arithmetic on what the producer
+tells it, with the clock passed in, so it is tested without a database or a loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+# The longest a job claimed ahead should wait in its worker for a slot.
+TARGET_WAIT_SECONDS = 0.05
+# A job claimed ahead and still waiting after this long is handed back (its attempt
+# given back): the estimate was wrong (handlers slowed down or hang), and another worker
+# may be free. max(1 s, 20 T): far above the target, so a healthy drain never hits it.
+HOLD_LIMIT_SECONDS = max(1.0, 20 * TARGET_WAIT_SECONDS)
+# R forgets completions older than this (an exponential average in time): handlers that
+# slow down bring the claims ahead down within a second or two.
+RATE_MEMORY_SECONDS = 0.5
+# The weight of each new round trip in r.
+ROUND_TRIP_WEIGHT = 0.2
+# Fewer handlers than this expected to end within the horizon: claim none ahead (its
+# slot would free long after the claim is back; and R, decaying after handlers hang,
+# never quite reaches 0).
+LEAST_EXPECTED = 0.5
+MOST_AHEAD = 1024
+MOST_AHEAD_PER_SLOT = 16
+
+
+def most_ahead(concurrency: int) -> int:
+    """The cap: min(16 * concurrency, 1024)."""
+    return min(MOST_AHEAD_PER_SLOT * concurrency, MOST_AHEAD)
+
+
+class AheadSizer:
+    """Sizes each claim's share of jobs beyond the free slots, from what this worker
+    measured: the rate its handlers end at, the claim's round trip, and whether its last
+    claim came back full (a backlog waits)."""
+
+    def __init__(
+        self, concurrency: int, *, now: float, target_wait: float = TARGET_WAIT_SECONDS
+    ) -> None:
+        self.cap = most_ahead(concurrency)
+        self.target_wait = target_wait
+        self.rate = 0.0  # R: handlers ended per second
+        self.round_trip: float | None = None  # r: seconds
+        self.backlog = False
+        self._rate_at = now
+        self._handlers_ended = 0
+
+    def claimed(self, *, asked: int, got: int, round_trip: float) -> None:
+        """A claim asked for `asked` jobs, got `got`, and took `round_trip` seconds. A
+        claim that came back full says a backlog waits; one that came back short, that
+        the worker has caught up."""
+        self.backlog = asked > 0 and got >= asked
+        if round_trip >= 0:
+            self.round_trip = round_trip if self.round_trip is None else (
+                self.round_trip + ROUND_TRIP_WEIGHT * (round_trip - self.round_trip))
+
+    def ahead(self, *, now: float, handlers_ended: int) -> int:
+        """How many jobs the next claim takes beyond the free slots. `handlers_ended`:
+        how many handlers this worker has ended so far (a running total)."""
+        self._update_rate(now, handlers_ended)
+        if not self.backlog:
+            return 0
+        expected = self.rate * max(2 * (self.round_trip or 0.0), self.target_wait)
+        if expected < LEAST_EXPECTED:
+            return 0  # long jobs: a claim comes back long before a slot frees
+        return min(math.ceil(expected), self.cap)
+
+    def _update_rate(self, now: float, handlers_ended: int) -> None:
+        elapsed = now - self._rate_at
+        if elapsed <= 0:
+            return
+        ended = max(0, handlers_ended - self._handlers_ended)
+        # An average in time, not per sample: a second of samples weighs the same
+        # whether the producer claimed twice in it or two thousand times.
+        weight = 1.0 - math.exp(-elapsed / RATE_MEMORY_SECONDS)
+        self.rate += weight * (ended / elapsed - self.rate)
+        self._rate_at, self._handlers_ended = now, handlers_ended
