@@ -143,19 +143,18 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     assert [t["tgname"] for t in migrated["triggers"]] == [
         "job_logs_follow_delete", "jobs_ended", "jobs_ended_by_delete", "jobs_notify_ended",
         "jobs_notify_ended_by_delete", "jobs_notify_inserted", "jobs_steps_deleted",
-        "jobs_wait_again", "jobs_waiting_event_cleared",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
         "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_partitions",
-        "jobs_notify_inserted", "jobs_release_children", "jobs_wait_again",
+        "jobs_notify_inserted", "jobs_release_children",
         # Migration 13's SQL API (docs/reference/sql.md).
         "enqueue", "enqueue_many", "job_enqueue_check", "jobs_notify_ended",
         # Migration 14's logs leave with their job.
         "job_logs_follow_delete",
         # The durable steps (docs/howto/durable-steps.md).
         "jobs_steps_deleted", "send_event", "send_event_by_key",
-        # Migration 20: waiting_event only while the job waits.
-        "jobs_waiting_event_cleared",
+        # Migration 22: the retry's rule for a job with parents (a trigger before).
+        "job_retry_status",
     }
     # Migration 8's history table: partitioned, with no partition until a move.
     history = next(t for t in migrated["tables"] if t["relname"] == "jobs_history")
