@@ -24,8 +24,9 @@ DROP TRIGGER jobs_wait_again ON __schema__.jobs;
 DROP FUNCTION __schema__.jobs_wait_again();
 
 -- A rule the statements keep, and the database enforces at the cost of one test per row
--- written. The table is read once to check it, under this migration's lock (as
--- migration 20's clearing UPDATE read it).
+-- written. Adding it reads the table once under ACCESS EXCLUSIVE (the DROP TRIGGERs
+-- take that lock too), as the checks of migrations 3, 5 and 12 did: the fleet's writes
+-- to jobs wait for that one read.
 ALTER TABLE __schema__.jobs
     ADD CONSTRAINT jobs_waiting_event_only_pending
         CHECK (waiting_event IS NULL OR status = 'pending');
