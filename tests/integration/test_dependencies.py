@@ -208,6 +208,47 @@ def test_retry_of_a_failed_parent_and_of_a_cancelled_child(queue):
     assert statuses(queue, grand) == ["pending"]
 
 
+def test_the_bulk_retry_waits_again_as_the_single_one_and_counts_an_end_in_flight(
+    queue, dsn
+):
+    """The operator's bulk retry (job_retry_matching) follows job_retry's rule: a job
+    whose parent is unfinished waits again, counted; one whose parents ended as it may
+    run after (done, or failed when it runs after failures) is pending with none left;
+    a job without parents is pending with no count. Both report every job they took
+    back, waiting or not. A parent's end in flight (its row held by an uncommitted end)
+    is waited for and counted: the parents are read FOR SHARE."""
+    open_parent, done_parent = queue.enqueue("open"), queue.enqueue("done")
+    failing = queue.enqueue("failing", max_attempts=1)
+    waits = queue.enqueue("waits", after=[open_parent, done_parent])
+    runs = queue.enqueue("runs", after=[failing, done_parent], after_failure="run")
+    plain = queue.enqueue("plain")
+    finish(queue, "done")
+    finish(queue, "failing", ok=False)
+    for job_id in (waits, runs, plain):
+        assert queue.cancel(job_id)
+    chosen = pgbaton.JobFilter(ids=(waits, runs, plain))
+    assert queue.retry_matching(chosen, upto=plain) == 3
+    assert [(j.status, j.waiting_for) for j in map(queue.get, (waits, runs, plain))] == [  # type: ignore[union-attr]
+        ("waiting", 1), ("pending", 0), ("pending", None)]
+
+    # The single retry, while the open parent's end is in flight.
+    assert queue.cancel(waits)
+    table = f'"{queue.schema}".jobs'
+    result: dict[str, Any] = {}
+    with psycopg.connect(dsn) as ender, psycopg.connect(dsn, autocommit=True) as operator:
+        ender.execute(f"UPDATE {table} SET status = 'done' WHERE id = %s", (open_parent,))  # type: ignore[arg-type]
+        retry = _sql.queries(queue.schema)["job_retry"]  # Queue.retry's, on this connection
+        thread = threading.Thread(target=lambda: result.update(rows=operator.execute(
+            retry, {"id": waits, "channel": f"{queue.schema}_jobs"}).fetchall()))  # type: ignore[arg-type]
+        thread.start()
+        _wait_until_blocked(dsn, operator)
+        ender.commit()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert [row[0] for row in result["rows"]] == [waits]
+    assert (queue.get(waits).status, queue.get(waits).waiting_for) == ("pending", 0)  # type: ignore[union-attr]
+
+
 def test_enqueue_many_labels_chain_jobs_of_one_call(queue):
     """Labels name jobs of the same call; ids name jobs written before; edges to both."""
     before = queue.enqueue("before")

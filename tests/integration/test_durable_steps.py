@@ -588,6 +588,25 @@ def test_waiting_event_is_null_unless_the_job_waits_now(
     assert db.execute("SELECT count(*) AS n FROM jobs WHERE waiting_event IS NOT NULL "
                       "AND status <> 'pending'").fetchone() == {"n": 0}
 
+    # The rule is the database's (jobs_waiting_event_only_pending): a statement that
+    # moves a waiting job out of pending without clearing the column, present or future,
+    # is refused, and so is a column set on a job that is not pending.
+    job_id = _waiting(queue, db)
+    for status in ("running", "done", "failed", "cancelled", "waiting"):
+        with pytest.raises(psycopg.errors.CheckViolation,
+                           match="jobs_waiting_event_only_pending"):
+            db.execute(  # each state's other columns as the other constraints want them
+                "UPDATE jobs SET status = %(status)s, waiting_for = 1, "
+                "claim_token = CASE WHEN %(status)s = 'running' THEN gen_random_uuid() END, "
+                "lease_until = CASE WHEN %(status)s = 'running' THEN now() END "
+                "WHERE id = %(id)s", {"status": status, "id": job_id})
+    assert _event_of(db, job_id) == ("pending", "go")
+    done = queue.enqueue("t")
+    db.execute("UPDATE jobs SET status = 'done' WHERE id = %s", [done])
+    with pytest.raises(psycopg.errors.CheckViolation,
+                       match="jobs_waiting_event_only_pending"):
+        db.execute("UPDATE jobs SET waiting_event = 'go' WHERE id = %s", [done])
+
 
 def test_a_waiting_job_cancelled_and_retried_waits_again_through_the_worker(
     app: pgbaton.App, queue: pgbaton.Queue, db: psycopg.Connection[DictRow]

@@ -143,19 +143,18 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
     assert [t["tgname"] for t in migrated["triggers"]] == [
         "job_logs_follow_delete", "jobs_ended", "jobs_ended_by_delete", "jobs_notify_ended",
         "jobs_notify_ended_by_delete", "jobs_notify_inserted", "jobs_steps_deleted",
-        "jobs_wait_again", "jobs_waiting_event_cleared",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
         "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_partitions",
-        "jobs_notify_inserted", "jobs_release_children", "jobs_wait_again",
+        "jobs_notify_inserted", "jobs_release_children",
         # Migration 13's SQL API (docs/reference/sql.md).
         "enqueue", "enqueue_many", "job_enqueue_check", "jobs_notify_ended",
         # Migration 14's logs leave with their job.
         "job_logs_follow_delete",
         # The durable steps (docs/howto/durable-steps.md).
         "jobs_steps_deleted", "send_event", "send_event_by_key",
-        # Migration 20: waiting_event only while the job waits.
-        "jobs_waiting_event_cleared",
+        # Migration 22: the retry's rule for a job with parents (a trigger before).
+        "job_retry_status",
     }
     # Migration 8's history table: partitioned, with no partition until a move.
     history = next(t for t in migrated["tables"] if t["relname"] == "jobs_history")
@@ -169,6 +168,40 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
 
     for kind in CATALOG:
         assert from_schema_sql[kind] == migrated[kind], kind
+
+
+# pg_trigger.tgtype's bits (PostgreSQL's catalog/pg_trigger.h): ROW 1, BEFORE 2, UPDATE 16,
+# INSTEAD 64.
+BEFORE_ROW_UPDATE_TRIGGERS = """
+    SELECT t.tgname FROM pg_trigger t
+    WHERE t.tgrelid = %(table)s::regclass
+      AND t.tgtype & 1 = 1 AND t.tgtype & 2 = 2 AND t.tgtype & 16 = 16
+      AND t.tgtype & 64 = 0
+    ORDER BY t.tgname"""
+
+
+def test_jobs_has_no_before_row_update_trigger(dsn, schema, other_schema, db):
+    """No BEFORE ROW UPDATE trigger on jobs, whatever its WHEN or column list: PostgreSQL
+    (ExecBRUpdateTriggers, GetTupleForTrigger) locks the row before it evaluates either,
+    so every update of a job (each completion, heartbeat, start) would pay a heap lock
+    and its WAL record for nothing (migration 22, docs/performance.md). The rules such a
+    trigger kept are in the statements, and a CHECK (jobs_waiting_event_only_pending)."""
+    db.execute(f'CREATE SCHEMA "{other_schema}"')  # type: ignore[arg-type]
+    db.execute(_sql.schema_sql(other_schema))  # type: ignore[arg-type]
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        queue.migrate()
+    for built in (schema, other_schema):
+        rows = db.execute(BEFORE_ROW_UPDATE_TRIGGERS,  # type: ignore[arg-type]
+                          {"table": f'"{built}".jobs'}).fetchall()
+        assert [row["tgname"] for row in rows] == [], built
+    # The query sees such a trigger when there is one.
+    db.execute(f'CREATE FUNCTION "{schema}".nothing() RETURNS trigger LANGUAGE plpgsql '  # type: ignore[arg-type]
+               "AS $$ BEGIN RETURN NEW; END $$")
+    db.execute(f'CREATE TRIGGER never BEFORE UPDATE OF status ON "{schema}".jobs '  # type: ignore[arg-type]
+               f'FOR EACH ROW WHEN (false) EXECUTE FUNCTION "{schema}".nothing()')
+    rows = db.execute(BEFORE_ROW_UPDATE_TRIGGERS,  # type: ignore[arg-type]
+                      {"table": f'"{schema}".jobs'}).fetchall()
+    assert [row["tgname"] for row in rows] == ["never"]
 
 
 def test_a_schema_built_from_schema_sql_is_accepted_by_a_queue(dsn, schema, db):

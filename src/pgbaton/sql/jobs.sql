@@ -344,6 +344,7 @@ claimed AS (
         lease_until = now() + make_interval(secs => %(lease)s::float8),
         attempts    = j.attempts + 1,
         worker_id   = %(worker_id)s,
+        waiting_event = NULL,  -- woken: no longer waiting (jobs_waiting_event_only_pending)
         -- The candidates' array is in claim order. Most claims start all they take:
         -- the first test spares them the search.
         started_at  = CASE WHEN %(starting)s::integer >= %(limit)s::integer
@@ -650,20 +651,25 @@ RETURNING j.id, j.status;
 -- its key stays held until the holder releases it or the lease runs out. The holder's
 -- heartbeat and completion no longer match (status is not 'running'): it learns at its
 -- next heartbeat that it lost the job. A waiting job (docs/dependencies.md) may be
--- cancelled too; the jobs that wait for it are then cancelled by jobs_ended.
+-- cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A job that
+-- waited for an event waits no more (jobs_waiting_event_only_pending).
 UPDATE __schema__.jobs
-SET status = 'cancelled', finished_at = now()
+SET status = 'cancelled', finished_at = now(), waiting_event = NULL
 WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
 RETURNING id;
 
 -- name: job_retry
 -- A cancelled job whose handler may still run keeps that holder's token and lease, and
 -- becomes due when the holder lets go (job_release_many) or its lease runs out
--- (greatest() passes over a NULL lease): the job never runs twice at once. The workers
--- of its queue are woken, as job_retry_matching wakes them.
+-- (greatest() passes over a NULL lease): the job never runs twice at once. A job with
+-- parents waits again while one of them has not finished (job_retry_status, schema.sql:
+-- it locks them). The workers of its queue are woken, as job_retry_matching wakes them,
+-- and the job is returned, pending or waiting.
 WITH retried AS (
-    UPDATE __schema__.jobs
-    SET status = 'pending', attempts = 0, snoozes = 0,
+    UPDATE __schema__.jobs AS j
+    SET (status, waiting_for) = (SELECT * FROM __schema__.job_retry_status(
+                                     j.id, j.waiting_for IS NOT NULL)),
+        attempts = 0, snoozes = 0,
         run_at = greatest(now(), lease_until),
         claim_token = CASE WHEN lease_until > now() THEN claim_token END,
         lease_until = CASE WHEN lease_until > now() THEN lease_until END,
@@ -844,8 +850,11 @@ WHERE j.status = ANY(%(statuses)s::text[])
 -- name: job_retry_matching
 WITH retried AS (
     UPDATE __schema__.jobs AS j
-    -- As job_retry: a held job stays held, and is due when its old handler lets go.
-    SET status = 'pending', attempts = 0, snoozes = 0,
+    -- As job_retry: a held job stays held, and is due when its old handler lets go; a
+    -- job with parents waits again while one of them has not finished.
+    SET (status, waiting_for) = (SELECT * FROM __schema__.job_retry_status(
+                                     j.id, j.waiting_for IS NOT NULL)),
+        attempts = 0, snoozes = 0,
         run_at = greatest(now(), j.lease_until),
         claim_token = CASE WHEN j.lease_until > now() THEN j.claim_token END,
         lease_until = CASE WHEN j.lease_until > now() THEN j.lease_until END,
@@ -860,7 +869,7 @@ SELECT (SELECT count(*) FROM retried) AS changed, (SELECT count(*) FROM woken) A
 -- name: job_cancel_matching
 -- As job_cancel: a running job keeps its token and lease as a hold on its key.
 UPDATE __schema__.jobs AS j
-SET status = 'cancelled', finished_at = now()
+SET status = 'cancelled', finished_at = now(), waiting_event = NULL
 WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running', 'waiting')
   AND __job_filter__
 RETURNING j.id;

@@ -49,7 +49,8 @@ CREATE TABLE __schema__.jobs (
     -- its delete removes them.
     has_steps       boolean     NOT NULL DEFAULT false,
     -- The event a suspended job waits for (ctx.wait_for); send_event wakes it. NULL
-    -- unless the job is pending on that wait: jobs_waiting_event_cleared (migration 20).
+    -- unless the job is pending on that wait: every statement that moves a job out of
+    -- pending clears it, and jobs_waiting_event_only_pending refuses one that does not.
     waiting_event   text,
     -- How many times a worker claimed the job ahead (to wait in the worker for a slot)
     -- and neither started it nor handed it back: its worker died holding it (migration
@@ -74,7 +75,12 @@ CREATE TABLE __schema__.jobs (
         END),
     CONSTRAINT jobs_attempts_in_range
         CHECK (attempts >= 0 AND max_attempts >= 1 AND attempts <= max_attempts),
-    CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object')
+    CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object'),
+    -- Migration 22: a rule the statements keep, and the database enforces at the cost
+    -- of one test per row written, where a BEFORE row trigger cost a row lock and its
+    -- WAL record on every update of a job (docs/performance.md).
+    CONSTRAINT jobs_waiting_event_only_pending
+        CHECK (waiting_event IS NULL OR status = 'pending')
 ) WITH (
     -- Free room on each page lets a claim or completion write the row's new version
     -- on the same page. (Not HOT: status and lease_until are indexed.)
@@ -433,6 +439,7 @@ BEGIN
             lease_until = clock_timestamp() + make_interval(secs => lease),
             attempts    = j.attempts + 1,
             worker_id   = worker,
+            waiting_event = NULL,  -- woken: no longer waiting (migration 22)
             -- A job held ahead 3 times by workers that died holding it starts at its
             -- claim (migration 21): its next death spends an attempt.
             started_at  = CASE WHEN picked.place <= starting OR j.holds >= 3
@@ -700,37 +707,38 @@ CREATE TRIGGER jobs_ended_by_delete
     WHEN (OLD.has_dependents OR OLD.batch_id IS NOT NULL)
     EXECUTE FUNCTION __schema__.jobs_ended();
 
--- A retried job with parents waits again while any of them has not finished (done, or
--- ended when it may run after a failure). The parents are locked FOR SHARE for the
--- count: an end in flight is waited for and counted; a later one waits for this
--- transaction and then finds the job waiting (docs/dependencies.md).
-CREATE FUNCTION __schema__.jobs_wait_again() RETURNS trigger
+-- A failed or cancelled job taken back by an operator's retry (job_retry and
+-- job_retry_matching set their status and waiting_for from it) waits again while any of
+-- its parents has not finished (done, or ended when it may run after a failure). The
+-- parents are locked FOR SHARE, in id order, for the count: an end in flight is waited
+-- for and counted; a later one waits for the retry's transaction and then finds the job
+-- waiting (docs/dependencies.md). A job without parents reads nothing and is pending.
+-- A function the statements call, not a BEFORE trigger (as up to migration 22): such a
+-- trigger locks the row of every update of a job before its WHEN is tested.
+CREATE FUNCTION __schema__.job_retry_status(
+    job_id bigint, has_parents boolean, OUT status text, OUT waiting_for integer)
 LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT count(*) INTO NEW.waiting_for
+    status := 'pending';
+    IF NOT has_parents THEN
+        RETURN;
+    END IF;
+    SELECT count(*) INTO waiting_for
     FROM (
-        SELECT p.status, d.run_after_failure
+        SELECT p.status AS parent_status, d.run_after_failure
         FROM __schema__.job_dependencies AS d
         JOIN __schema__.jobs AS p ON p.id = d.parent_id
-        WHERE d.child_id = NEW.id
+        WHERE d.child_id = job_id
         ORDER BY p.id
         FOR SHARE OF p
     ) AS parent
-    WHERE parent.status <> 'done'
-      AND NOT (parent.run_after_failure AND parent.status IN ('failed', 'cancelled'));
-    IF NEW.waiting_for > 0 THEN
-        NEW.status := 'waiting';
+    WHERE parent.parent_status <> 'done'
+      AND NOT (parent.run_after_failure AND parent.parent_status IN ('failed', 'cancelled'));
+    IF waiting_for > 0 THEN
+        status := 'waiting';
     END IF;
-    RETURN NEW;
 END;
 $$;
-
-CREATE TRIGGER jobs_wait_again
-    BEFORE UPDATE OF status ON __schema__.jobs
-    FOR EACH ROW
-    WHEN (NEW.waiting_for IS NOT NULL AND NEW.status = 'pending'
-          AND OLD.status IN ('failed', 'cancelled'))
-    EXECUTE FUNCTION __schema__.jobs_wait_again();
 
 -- The history table of the "history" retention mode (migration 8, docs/retention.md).
 
@@ -1263,25 +1271,6 @@ CREATE TRIGGER jobs_steps_deleted
     FOR EACH ROW
     WHEN (OLD.has_steps)
     EXECUTE FUNCTION __schema__.jobs_steps_deleted();
-
--- waiting_event names the event a suspended job waits for, and only while it waits: a
--- job that leaves pending leaves it (claimed, cancelled, or ended by any other path).
--- One rule in one place, kept by the database (migration 20). The trigger fires only on
--- an UPDATE that sets status; its WHEN keeps the function off every job that waits for
--- no event: an ordinary job pays a test of a NULL.
-CREATE FUNCTION __schema__.jobs_waiting_event_cleared() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.waiting_event := NULL;
-    RETURN NEW;
-END;
-$$;
-
-CREATE TRIGGER jobs_waiting_event_cleared
-    BEFORE UPDATE OF status ON __schema__.jobs
-    FOR EACH ROW
-    WHEN (NEW.waiting_event IS NOT NULL AND NEW.status <> 'pending')
-    EXECUTE FUNCTION __schema__.jobs_waiting_event_cleared();
 
 -- The SQL API (docs/reference/sql.md): an event for one job. Kept for its wait_for;
 -- a job pending on a wait for this event becomes due now and its queue's workers are

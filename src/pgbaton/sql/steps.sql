@@ -87,7 +87,7 @@ SELECT woken.id, pg_notify(%(channel)s, woken.queue) FROM woken;
 -- The handler waits for an event: the oldest of its name sent to the job is taken (and
 -- deleted) and stored as the wait's result, in one statement. No row: none was sent.
 -- The job's row is only locked, as job_step_store locks it: send_event marked it as one
--- with steps already, and its claim cleared waiting_event (jobs_waiting_event_cleared).
+-- with steps already, and its claim cleared waiting_event (migration 22).
 WITH held AS (
     SELECT j.id FROM __schema__.jobs AS j
     WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'running'
@@ -118,7 +118,7 @@ SELECT result FROM stored;
 -- A later run reaches a sleep whose wake time has come, or a wait whose deadline has
 -- passed with no event: the row is finished (a wait's with {"timed_out": true}). No
 -- row: the time has not come (the job was woken early), and it suspends again. The
--- job's row is only locked: its claim cleared waiting_event (jobs_waiting_event_cleared).
+-- job's row is only locked: its claim cleared waiting_event (migration 22).
 WITH held AS (
     SELECT j.id FROM __schema__.jobs AS j
     WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'running'
