@@ -79,7 +79,7 @@ class Producer:
             free = self.held.free_slots()
             if self.held.claim_ahead and await self._serves_a_rate():
                 free = min(free, self.held.starting_now())
-            if free <= 0:
+            if free <= 0 or self._enough_waiting():
                 self.held.slot_free.clear()
                 await self._until(self.held.slot_free)
                 continue
@@ -118,6 +118,16 @@ class Producer:
                     # A rate-limited queue is full: sleep until its next start is due.
                     poll = min(poll, batch.next_slot_in)
                 await self._until(self.wakeup, poll)
+
+    def _enough_waiting(self) -> bool:
+        """Whether jobs claimed ahead still wait for every slot that frees, and enough
+        of them that the next claim can wait until half are gone: topped up one freed
+        slot at a time, a drain makes a claim per job or two (profiled: 9 jobs a claim
+        at concurrency 32, twice the worker's CPU per job of not claiming ahead). Never
+        while a slot is idle."""
+        ahead = self.held.claim_ahead
+        return (ahead > 0 and self.held.starting_now() == 0
+                and self.held.waiting > ahead // 2)
 
     def _ahead(self) -> int:
         """The default claim-ahead: none for a worker that may claim jobs of a limited

@@ -285,6 +285,7 @@ class Worker:
 
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
+        self.stats["claims"] += 1  # that brought jobs: claimed / claims, their size
         self.executor.start(claims, sent_at)
         if self.events.active:
             at, worker_id = time.time(), self.worker_id
