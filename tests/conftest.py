@@ -38,7 +38,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "chaos/": ("processes", "slow"),
     "runtime/": ("processes",),
     "runtime/test_probe_claim_ahead.py": ("processes", "serial"),
-    "runtime/test_claim_ahead_default.py": ("processes", "serial"),
+    "runtime/test_claim_ahead_auto.py": ("processes", "serial"),
     "runtime/test_probe_network.py": ("processes", "serial"),
     "runtime/test_probe_overrun.py": ("processes", "serial"),
     "runtime/test_probe_worker_numbers.py": ("processes", "serial"),

@@ -13,7 +13,7 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton_sub": ("pgbaton_system", "PgbatonSubscribedSystem"),
     "pgbaton_limit8": ("pgbaton_system", "PgbatonLimitedSystem"),
     "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
-    "pgbaton_a0": ("pgbaton_system", "PgbatonNotClaimingAhead"),
+    "pgbaton_auto": ("pgbaton_system", "PgbatonClaimingAheadAuto"),
     "pgbaton_p2": ("pgbaton_system", "PgbatonProcesses"),
     "pgbaton_p4": ("pgbaton_system", "PgbatonFourProcesses"),
     "pgbaton_b_p2": ("pgbaton_system", "PgbatonProcessesClaimingAhead"),

@@ -210,20 +210,19 @@ class PgbatonClaimingAhead(PgbatonSystem):
         self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
 
 
-class PgbatonNotClaimingAhead(PgbatonSystem):
-    """pgbaton with claiming ahead off (claim_ahead=0): each claim takes only the free
-    slots, as every version before claiming ahead became the default did; beside
-    pgbaton_base, the cost of a job's own path at equal settings."""
+class PgbatonClaimingAheadAuto(PgbatonSystem):
+    """pgbaton claiming ahead as the worker sizes it (claim_ahead="auto",
+    docs/architecture.md "Claiming ahead sized by the worker")."""
 
-    name = "pgbaton_a0"
-    label = "pgbaton, not claiming ahead"
-    role = "variant"
-    settings = PgbatonSystem.settings + " WorkerConfig(claim_ahead=0)."
+    name = "pgbaton_auto"
+    label = "pgbaton, claiming ahead (auto)"
+    role = "option"
+    settings = PgbatonSystem.settings + " WorkerConfig(claim_ahead=\"auto\")."
     cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
 
     async def start_worker(self, concurrency: int) -> None:
         self.worker = Worker(
-            app, WorkerConfig(concurrency=concurrency, claim_ahead=0, dsn=self.dsn)
+            app, WorkerConfig(concurrency=concurrency, claim_ahead="auto", dsn=self.dsn)
         )
         self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
 

@@ -198,11 +198,11 @@ def load_app(spec: str) -> App:
               help="Jobs at once per process.")
 @click.option("--processes", type=WHOLE_NUMBER, default=1, show_default=True,
               help="Worker processes.")
-@click.option("--claim-ahead", type=AutoOrWholeNumber(), default="auto", show_default=True,
+@click.option("--claim-ahead", type=AutoOrWholeNumber(), default=0, show_default=True,
               help="Jobs to claim beyond the free slots, waiting in the worker for one. "
-                   "auto: while a backlog waits, about what the worker runs in 50 ms "
-                   "(none without a backlog, or for limited or rate-limited queues); "
-                   "N: always N; 0: none.")
+                   "0: none; N: always N; auto: while a backlog waits, about what the "
+                   "worker runs in 50 ms (none without a backlog, or for limited or "
+                   "rate-limited queues).")
 @click.option("--lease", type=NUMBER, default=30.0, show_default=True, help="Lease in seconds.")
 @click.option("--poll-interval", type=NUMBER, default=2.0, show_default=True,
               help="Seconds between polls.")

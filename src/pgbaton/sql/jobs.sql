@@ -206,8 +206,8 @@ LIMIT 1;
 -- (holds + 1), which its start or its release takes back: what stays counted are the
 -- holds its workers died in. A job held 3 times so is started at its claim, wherever it
 -- stands in the batch, so a job that kills its worker before it starts spends its
--- attempts instead of coming back for ever (docs/architecture.md, "Claiming ahead by
--- default").
+-- attempts instead of coming back for ever (docs/architecture.md, "Claiming ahead sized
+-- by the worker").
 WITH candidate AS (
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
         SELECT array_agg(every.id)

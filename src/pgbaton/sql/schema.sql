@@ -56,7 +56,7 @@ CREATE TABLE __schema__.jobs (
     -- and neither started it nor handed it back: its worker died holding it (migration
     -- 21). The claim counts the hold, the start and the release take it back. From 3,
     -- the claim records the job's start at once, so a job that kills its worker before
-    -- it starts spends its attempts (docs/architecture.md, "Claiming ahead by default").
+    -- it starts spends its attempts (docs/architecture.md, "Claiming ahead sized by the worker").
     holds           smallint    NOT NULL DEFAULT 0,
     CONSTRAINT jobs_unique_whole CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_status_known

@@ -89,8 +89,8 @@ class Worker:
         self.stats: Counter[str] = Counter()
         self.exit_status = 0
         # claim_ahead "auto": the producer sizes each claim's jobs ahead, and jobs held
-        # past the hold limit are handed back (docs/architecture.md, "Claiming ahead by
-        # default"); a number: always that many.
+        # past the hold limit are handed back (docs/architecture.md, "Claiming ahead sized
+        # by the worker"); a number: always that many.
         auto_ahead = self.config.claim_ahead == "auto"
         self.held = HeldJobs(self.config.concurrency,
                              0 if auto_ahead else int(self.config.claim_ahead))

@@ -1,5 +1,5 @@
--- Expand only (docs/guarantees.md, "Rolling deploys"): claiming ahead by default
--- (docs/architecture.md, "Claiming ahead by default"). jobs.holds counts how many times
+-- Expand only (docs/guarantees.md, "Rolling deploys"): claiming ahead sized by the worker
+-- (docs/architecture.md, "Claiming ahead sized by the worker"). jobs.holds counts how many times
 -- a worker claimed the job ahead (it waits in the worker for a slot, its start not
 -- recorded) and neither started it nor handed it back: its worker died holding it. The
 -- claim counts the hold; job_start_many and job_release_many take it back. A job held

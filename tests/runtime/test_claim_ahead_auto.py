@@ -1,5 +1,5 @@
-"""Claiming ahead by default (claim_ahead "auto", docs/architecture.md "Claiming ahead by
-default"): real `pgbaton worker` processes started with NO --claim-ahead option.
+"""Claiming ahead sized by the worker (`--claim-ahead auto`, docs/architecture.md
+"Claiming ahead sized by the worker"): real `pgbaton worker` processes.
 
 A backlog is drained with jobs held ahead; without one nothing is; a SIGKILL gives back
 the attempts of the jobs held and not started; a job that kills its worker between its
@@ -29,7 +29,7 @@ import pgbaton
 from pgbaton.worker import executor
 from tests.runtime.conftest import ROOT, WorkerProcess, scalar, wait_until
 
-AHEAD_SPEC = "tests.runtime.test_claim_ahead_default:app"
+AHEAD_SPEC = "tests.runtime.test_claim_ahead_auto:app"
 SCHEMA = os.environ.get("PGBATON_TEST_SCHEMA", "pgbaton")
 app = pgbaton.App(schema=SCHEMA)
 # Where handlers append their lines, and the exit status of a worker its poison killed.
@@ -86,8 +86,8 @@ def lines_path(tmp_path: Path) -> Path:
 def run_worker(
     dsn: str, app_schema: str, tmp_path: Path, lines_path: Path
 ) -> Iterator[Callable[..., WorkerProcess]]:
-    """`pgbaton worker` processes of this module's App, with no --claim-ahead; each
-    killed at teardown."""
+    """`pgbaton worker --claim-ahead auto` processes of this module's App; each killed
+    at teardown."""
     started: list[WorkerProcess] = []
 
     def start(*options: str) -> WorkerProcess:
@@ -100,7 +100,8 @@ def run_worker(
             process = subprocess.Popen(
                 [sys.executable, "-m", "pgbaton", "worker", AHEAD_SPEC,
                  "--schema", app_schema, "--no-maintenance", "--poll-interval", "0.2",
-                 "--stats-file", str(log_path.with_suffix(".stats.json")), *options],
+                 "--stats-file", str(log_path.with_suffix(".stats.json")),
+                 "--claim-ahead", "auto", *options],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
             )
         worker = WorkerProcess(process, log_path)
