@@ -59,12 +59,14 @@ def _one_start_at_a_time() -> Iterator[None]:
     chmod ("Operation not permitted": seen with two pytest-xdist workers on a new
     machine). One lock for the machine, held while a server is made and started."""
     path = Path(tempfile.gettempdir()) / "pgbaton-embedded-start.lock"
-    with open(path, "a") as lock:
+    # Opened for reading, which flock needs no more than, so that the users of a shared
+    # machine can all take it whoever made the file (writable by its maker only).
+    lock = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(lock)  # closing lets go of the lock
 
 
 def scratch_folder(prefix: str = "pgbaton-embedded-") -> Path:

@@ -211,6 +211,32 @@ def test_a_job_cancelled_while_it_waits_in_the_worker_never_starts(
     assert worker.final_stats()["claims_lost"] == 1
 
 
+def test_a_job_its_claim_started_by_the_holds_rule_is_still_stopped_by_a_cancel(
+    start_worker, app_schema, db, queue
+):
+    """A job held ahead by three workers that died (holds = 3) is started at its claim
+    wherever it stands in the batch (the holds rule); when it must still wait for a slot,
+    its start is written again when the slot comes, fenced like any job's claimed ahead:
+    cancelled while it waited, it never runs (a review found it ran: the claim's start
+    was taken as the last word)."""
+    first = app_under_test.work.enqueue({"seconds": 1.5})
+    behind = app_under_test.work.enqueue({"seconds": 0})
+    db.execute("UPDATE jobs SET holds = 3 WHERE id = %s", (behind,))
+    worker = start_worker("--concurrency", "1", "--claim-ahead", "3", "--lease", "60",
+                          "--no-maintenance")
+    wait_until(lambda: _held(db) == 2, what="both jobs held")
+    assert scalar(db, "SELECT started_at IS NOT NULL FROM jobs WHERE id = %s", behind)
+    assert queue.cancel(behind) is True
+    wait_until(lambda: scalar(db, "SELECT status FROM jobs WHERE id = %s", first) == "done",
+               timeout=30, what="the first job done")
+    wait_until(lambda: scalar(db, "SELECT claim_token IS NULL FROM jobs WHERE id = %s",
+                              behind), timeout=10, what="the cancelled job let go")
+    assert worker.stop() == 0
+    assert scalar(db, f"""SELECT count(*) FROM "{app_schema}".effects
+                          WHERE job_id = %s""", behind) == 0
+    assert queue.get(behind).status == "cancelled"
+
+
 @pytest.mark.parametrize("flow", [False, True], ids=["plain claim", "flow claim"])
 def test_a_claim_records_the_start_of_only_the_jobs_that_start_at_once(
     queue: pgbaton.Queue, db, flow: bool

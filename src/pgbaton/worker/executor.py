@@ -126,9 +126,15 @@ class Executor:
         outcome: Outcome | None = None
         slot = outlived = False
         try:
+            # A job whose start its claim recorded but that must wait for a slot (one
+            # held ahead three times, which its claim starts wherever it stands: the
+            # holds rule) is started again when its slot comes, through the same fenced
+            # write as a job claimed ahead: a cancel while it waited must still stop it.
+            waits = self._slots.locked()
             await self._slots.acquire()
             slot = running.has_slot = True
-            if not running.claim.started and not await self._start_ahead(running):
+            recorded = running.claim.started and not waits
+            if not recorded and not await self._start_ahead(running):
                 self._not_started(running)
             else:
                 try:
