@@ -16,7 +16,9 @@ ALTER TABLE __schema__.jobs_history
     ADD COLUMN holds smallint CONSTRAINT jobs_holds_not_null NOT NULL DEFAULT 0;
 ALTER TABLE __schema__.jobs_history ALTER COLUMN holds DROP DEFAULT;
 
--- The flow claim counts holds as job_claim_many does.
+-- The flow claim counts holds as job_claim_many does, and clears waiting_event as every
+-- claim does from migration 22 on (whose CHECK holds them to it; the trigger it drops
+-- clears it until then): one copy of the function for both, neither yet released.
 CREATE OR REPLACE FUNCTION __schema__.job_claim_flow(
     worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
     finished uuid[], starting integer)
@@ -200,6 +202,7 @@ BEGIN
             lease_until = clock_timestamp() + make_interval(secs => lease),
             attempts    = j.attempts + 1,
             worker_id   = worker,
+            waiting_event = NULL,  -- woken: no longer waiting (migration 22)
             -- A job held ahead 3 times by workers that died holding it starts at its
             -- claim (migration 21): its next death spends an attempt.
             started_at  = CASE WHEN picked.place <= starting OR j.holds >= 3
