@@ -222,9 +222,13 @@ def test_a_routed_worker_process_drains_only_its_database(app_module, tmp_path, 
             " WHERE status = 'done' GROUP BY task"
         ).fetchall())
         assert counts["make_report"] == 20 and counts["tick"] >= 1
+        # The leader may have scheduled the next second's tick as the worker stopped:
+        # that one is left pending. Nothing else may be left undone, nor a tick running.
         assert conn.execute(
             f'SELECT count(*) FROM "{schema}".jobs'  # type: ignore[arg-type]
-            " WHERE task IN ('send', 'tock') OR status <> 'done'"
+            " WHERE task IN ('send', 'tock')"
+            " OR (task = 'tick' AND status NOT IN ('done', 'pending'))"
+            " OR (task <> 'tick' AND status <> 'done')"
         ).fetchone() == (0,)
     own = jobs_in(dsn, schema)
     assert sorted(set(own)) == [("make_report", "reports", "pending"),
