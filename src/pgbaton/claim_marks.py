@@ -4,13 +4,15 @@ Claimed jobs leave dead entries at the head of jobs_claimable (and of each queue
 in jobs_queue_claimable) until a VACUUM removes them; while a session holds an old
 snapshot none can, and every claim that starts at the head reads all of them. A claim
 reads from the head as it always has, unless one from the head took SLOW_HEAD_SECONDS
-or more (and four times this queue's quickest claim) and the claims since came back
-full (a backlog, behind a dead head): then each starts past the last job this queue
-object claimed from the same head (its mark: priority, run_at, id; per queue when the
-claim names queues), with a claim from the head at least every CLAIM_HEAD_SECONDS, and
-after any claim that came back short. Those take what became pending behind a mark: a
-job whose lease was reaped, a dependency's child, the next job of a key that was busy
-(docs/scaling.md, "A held xmin")."""
+or more (and four times this queue's quickest claim): then each starts past the last
+job this queue object claimed from the same head (its mark: priority, run_at, id; per
+queue when the claim names queues), and a claim from the head comes at most every
+CLAIM_HEAD_SECONDS, or HEAD_COST_SHARE of the time if that is longer: a claim from a head
+that takes 0.5 s comes every 5 s, so the dead head never takes more than a tenth of the
+claims' time, however long it grows. Those claims take what became pending behind a
+mark: a job whose lease was reaped, a dependency's child, the next job of a key that was
+busy; and they find out whether the head is still slow (docs/scaling.md, "A held
+xmin")."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import datetime as dt
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .models import Claim
@@ -33,6 +35,11 @@ SLOW_HEAD_TIMES_QUICKEST = 4.0
 # row another claim locked and let go, a keyed job whose key was busy) may wait at most
 # for a claim that reads the index from its head, whose cost is every dead entry there.
 CLAIM_HEAD_SECONDS = 1.0
+# The share of a queue's time that its claims from a slow head may take: the next one
+# from the head waits the last one's duration divided by this. At 2,000 jobs/s offered,
+# a minute into a held xmin, the claim from the head took most of a second; a claim from
+# the head every second then halved the completions (issue 27's cell in make bench).
+HEAD_COST_SHARE = 0.1
 # Distinct (queues, tasks) pairs whose marks a queue object keeps; past it, all go.
 MAX_MARKED_CLAIMS = 64
 
@@ -44,33 +51,37 @@ ClaimKind = tuple[tuple[str, ...] | None, tuple[str, ...] | None]
 class _Marks:
     head_at: float  # when this kind of claim last read from the head
     slow: bool = False  # whether that read took SLOW_HEAD_SECONDS or more
-    full: bool = False  # whether the last claim took all it asked for
+    head_seconds: float = 0.0  # how long that read took
     every: Mark | None = None
     queues: dict[str, Mark] = field(default_factory=dict)
 
 
 class ClaimMarks:
     """The marks of one queue object's claims, by the queues and tasks they name.
-    `slow_head`: SLOW_HEAD_SECONDS, or another threshold (0: always from a mark while
-    the claims come back full)."""
+    `slow_head`: SLOW_HEAD_SECONDS, or another threshold (0: every claim from the head
+    counts as slow). `clock`: monotonic seconds (tests move it)."""
 
-    def __init__(self, slow_head: float = SLOW_HEAD_SECONDS) -> None:
+    def __init__(
+        self, slow_head: float = SLOW_HEAD_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.slow_head = slow_head
+        self._clock = clock
         self._quickest = math.inf  # the quickest claim's round trip so far
         self._marks: dict[ClaimKind, _Marks] = {}
 
     def after(self, queues: Sequence[str] | None, tasks: Sequence[str] | None) -> str | None:
         """The claim's `after` parameter, or None to read from the head."""
         kind = _kind(queues, tasks)
-        now = time.monotonic()
+        now = self._clock()
         marks = self._marks.get(kind)
         if marks is None:
             if len(self._marks) >= MAX_MARKED_CLAIMS:
                 self._marks.clear()
             self._marks[kind] = _Marks(head_at=now)
             return None
-        if (not (marks.slow and marks.full) or now - marks.head_at >= CLAIM_HEAD_SECONDS
-                or (marks.every is None and not marks.queues)):
+        head_due = marks.head_at + max(CLAIM_HEAD_SECONDS,
+                                       marks.head_seconds / HEAD_COST_SHARE)
+        if not marks.slow or now >= head_due or (marks.every is None and not marks.queues):
             marks.head_at = now
             return None
         return json.dumps({
@@ -80,11 +91,11 @@ class ClaimMarks:
 
     def claimed(
         self, queues: Sequence[str] | None, tasks: Sequence[str] | None, *, after: str | None,
-        limit: int, claims: Sequence[Claim], seconds: float,
+        claims: Sequence[Claim], seconds: float,
     ) -> None:
         """Move the marks to the last of these claims (in claim order), per queue when
-        the claim named queues. `after`: the claim's parameter; `limit`: how many it
-        asked for; `seconds`: how long it took."""
+        the claim named queues. `after`: the claim's parameter; `seconds`: how long it
+        took."""
         self._quickest = min(self._quickest, seconds)
         marks = self._marks.get(_kind(queues, tasks))
         if marks is None:
@@ -92,7 +103,7 @@ class ClaimMarks:
         if after is None:
             marks.slow = not self.slow_head or seconds >= max(
                 self.slow_head, SLOW_HEAD_TIMES_QUICKEST * self._quickest)
-        marks.full = len(claims) >= limit
+            marks.head_seconds = seconds
         for claim in claims:
             if claim.run_at is None:
                 continue

@@ -127,7 +127,7 @@ class Engine:
             if plain:
                 self._claim_marks.claimed(
                     params["queues"], params["tasks"], after=params["after"],
-                    limit=params["limit"], claims=batch.claims,
+                    claims=batch.claims,
                     seconds=time.monotonic() - began)
             return batch
         return ClaimBatch([])

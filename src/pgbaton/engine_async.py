@@ -125,7 +125,7 @@ class AsyncEngine:
             if plain:
                 self._claim_marks.claimed(
                     params["queues"], params["tasks"], after=params["after"],
-                    limit=params["limit"], claims=batch.claims,
+                    claims=batch.claims,
                     seconds=time.monotonic() - began)
             return batch
         return ClaimBatch([])

@@ -1,12 +1,14 @@
 """The claim past a mark (claim_marks.py; docs/scaling.md, "A held xmin"): while claims
-from the head are slow and come back full, a queue's claim starts past the last job it
-claimed; higher priorities still come first, and a job that became pending behind the
-mark is taken by the claim from the head that follows a short claim. Under a held xmin
+from the head are slow, a queue's claim starts past the last job it claimed; higher
+priorities still come first, and a job that became pending behind the mark is taken by
+the next claim from the head, which comes at a pace its own length sets. Under a held xmin
 the claim past its mark reads a handful of buffers where the claim from the head reads
 every dead entry."""
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,18 +16,30 @@ import psycopg
 
 import pgbaton
 from pgbaton import _sql
-from pgbaton.claim_marks import ClaimMarks
+from pgbaton.claim_marks import CLAIM_HEAD_SECONDS, HEAD_COST_SHARE, ClaimMarks
+from pgbaton.models import Claim
 
 
-def _always_past_marks(queue: pgbaton.Queue) -> None:
-    """Every claim from the head counts as slow, so full claims go past their marks."""
-    queue._claim_marks = ClaimMarks(slow_head=0.0)
+class Clock:
+    """The marks' monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _always_past_marks(queue: pgbaton.Queue, clock: Clock | None = None) -> None:
+    """Every claim from the head counts as slow, so claims go past their marks."""
+    queue._claim_marks = ClaimMarks(slow_head=0.0, clock=clock or Clock())
 
 
 def test_claims_go_past_the_mark_higher_priorities_first_and_the_head_comes_back(
     queue: pgbaton.Queue, db: psycopg.Connection[Any]
 ):
-    _always_past_marks(queue)
+    clock = Clock()
+    _always_past_marks(queue, clock)
     queue.enqueue_many([{"task": "noop"} for _ in range(30)])
     assert [c.id for c in queue.claim("w", limit=10)] == list(range(1, 11))
 
@@ -37,12 +51,40 @@ def test_claims_go_past_the_mark_higher_priorities_first_and_the_head_comes_back
     db.execute("UPDATE jobs SET status = 'pending', claim_token = NULL, lease_until = NULL,"
                " started_at = NULL WHERE id = 3")
     assert [c.id for c in queue.claim("w", limit=5)] == [15, 16, 17, 18, 19]
-    rest = queue.claim("w", limit=100)  # past the mark, and short: the backlog is gone
+    rest = queue.claim("w", limit=100)  # past the mark: the backlog is gone
     assert [c.id for c in rest] == list(range(20, 31))
-    # So the next claim reads from the head, and takes what waited behind the mark.
+    # Short claims do not bring the slow head back: it comes once its time is due.
+    clock.now += CLAIM_HEAD_SECONDS / 2
+    assert queue.claim("w", limit=100) == []
+    clock.now += CLAIM_HEAD_SECONDS / 2
     assert [c.id for c in queue.claim("w", limit=100)] == [3]
     assert db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'pending'"
                       ).fetchone() == {"n": 0}
+
+
+def test_a_claim_from_a_slow_head_waits_ten_times_its_own_length():
+    """The claims from a slow head take at most HEAD_COST_SHARE of the queue's time: the
+    next comes CLAIM_HEAD_SECONDS after the last, or its length / HEAD_COST_SHARE if that
+    is longer. Until the head is read again, claims go past the mark; once a claim from
+    the head is quick, every claim reads from the head again."""
+    clock = Clock()
+    marks = ClaimMarks(clock=clock)
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    claim = Claim(id=7, token=uuid.uuid4(), attempts=1, max_attempts=3, task="t", args={},
+                  key=None, queue="default", priority=0, lease_until=at, created_at=at,
+                  run_at=at)
+    assert marks.after(None, None) is None
+    marks.claimed(None, None, after=None, claims=[claim], seconds=0.001)  # quick
+    assert marks.after(None, None) is None
+    marks.claimed(None, None, after=None, claims=[claim], seconds=0.5)  # a slow head
+    started = clock.now
+    while clock.now < started + 0.5 / HEAD_COST_SHARE - 0.01:
+        assert marks.after(None, None) is not None, clock.now - started
+        clock.now += 0.25
+    clock.now = started + 0.5 / HEAD_COST_SHARE
+    assert marks.after(None, None) is None
+    marks.claimed(None, None, after=None, claims=[claim], seconds=0.002)  # vacuumed
+    assert marks.after(None, None) is None
 
 
 def test_a_plain_queue_claims_from_the_head_while_its_claims_are_fast(

@@ -185,13 +185,13 @@ LIMIT 1;
 -- Claimed jobs leave their entries at the head of the index until a VACUUM removes
 -- them, and while some session holds an old snapshot (a held xmin) none can, nor can a
 -- scan mark them dead: every claim from the head reads every one, a heap fetch each.
--- When that makes a claim slow and a backlog waits (claim_marks.py), a claim reads its
+-- When that makes a claim from the head slow (claim_marks.py), a claim reads its
 -- priority from the mark on (the btree descends straight past the dead head), after the
 -- higher priorities from their head and before the lower ones; each part is read only
 -- as far as the LIMIT needs, so no row is locked that is not claimed. What became
 -- pending behind the mark (a reaped job, a dependency's child, the next job of a key
--- that was busy) waits for the next claim from the head, at most a second away
--- (docs/scaling.md, "A held xmin").
+-- that was busy) waits for the next claim from the head: a second away, or ten times
+-- that claim's length when it is longer (docs/scaling.md, "A held xmin").
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
 -- same whatever the LIMIT (the head of an index, then the primary key), so the
 -- worker's connections keep one generic plan instead of planning every claim.
