@@ -59,7 +59,7 @@ class Completer:
         # Read before the write forgets them: the finished jobs whose room this
         # worker's claims took already wake no one for it.
         taken = self._held.room_taken
-        freed = [o.claim for o in batch if o.claim.token not in taken]
+        freed = [o.claim for o in batch if o.claim.token.int not in taken]
         await self._write_extras(batch)
         await self._write_outcomes(batch)
         # After the slots are free here: other workers of a limited queue may be waiting

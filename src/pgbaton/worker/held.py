@@ -117,7 +117,8 @@ class HeldJobs:
     claim_ahead: int = 0
     # Handlers that have ended so far, a running total (the default claim-ahead's rate).
     handlers_ended: int = 0
-    by_token: dict[uuid.UUID, Running] = field(default_factory=dict)
+    # Keyed by the token's int: a UUID hashes in Python, an int in C (five look-ups a job).
+    by_token: dict[int, Running] = field(default_factory=dict)
     waiting: int = 0  # claimed, handler not started yet
     # Handlers started, until their outcome is recorded; a sync handler past its
     # timeout counts here until its thread returns (its job stays held meanwhile).
@@ -128,7 +129,7 @@ class HeldJobs:
     outcomes: list[Outcome] = field(default_factory=list)
     unwritten: int = 0  # outcomes recorded and not yet written (queued or in flight)
     # Finished jobs whose room a claim of this worker has taken already (room_taken_by).
-    room_taken: set[uuid.UUID] = field(default_factory=set)
+    room_taken: set[int] = field(default_factory=set)  # tokens' ints, as by_token
     # Set while the heartbeat reaches the database; the producer claims only then.
     heartbeat_ok: asyncio.Event = field(default_factory=asyncio.Event)
     slot_free: asyncio.Event = field(default_factory=asyncio.Event)
@@ -147,7 +148,7 @@ class HeldJobs:
         return iter(list(self.by_token.values()))
 
     def get(self, token: uuid.UUID) -> Running | None:
-        return self.by_token.get(token)
+        return self.by_token.get(token.int)
 
     def free_slots(self) -> int:
         """Jobs the producer may claim now: the free slots plus room to claim ahead.
@@ -170,7 +171,8 @@ class HeldJobs:
         """The claim tokens of jobs whose handlers ended and whose outcomes wait to be
         written (queued or in flight). A claim may pass one again after it took its
         room: the job that took it is counted in its own right."""
-        return [token for token, running in self.by_token.items() if running.awaiting_write]
+        return [running.claim.token for running in self.by_token.values()
+                if running.awaiting_write]
 
     def room_taken_by(self, claims: list[Claim], finished: list[uuid.UUID]) -> int:
         """A claim passed these finished jobs and took these claims: the room of as many
@@ -179,16 +181,16 @@ class HeldJobs:
         taken = Counter(claim.queue for claim in claims)
         count = 0
         for token in finished:
-            running = self.by_token.get(token)
-            if (running is not None and token not in self.room_taken
+            running = self.by_token.get(token.int)
+            if (running is not None and token.int not in self.room_taken
                     and taken[running.claim.queue] > 0):
                 taken[running.claim.queue] -= 1
-                self.room_taken.add(token)
+                self.room_taken.add(token.int)
                 count += 1
         return count
 
     def add(self, running: Running) -> None:
-        self.by_token[running.claim.token] = running
+        self.by_token[running.claim.token.int] = running
         self.waiting += 1
         if running.needs_extend:
             self.changed.set()
@@ -228,8 +230,9 @@ class HeldJobs:
         self.outcomes[:0] = outcomes
 
     def forget(self, running: Running) -> None:
-        self.by_token.pop(running.claim.token, None)
-        self.room_taken.discard(running.claim.token)
+        key = running.claim.token.int
+        self.by_token.pop(key, None)
+        self.room_taken.discard(key)
         self.slot_free.set()
         if running.awaiting_write:
             running.awaiting_write = False
