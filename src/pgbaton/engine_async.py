@@ -266,6 +266,16 @@ class AsyncEngine:
         return await self._db._changed_positions(
             "job_fail_many", fail_params(failures), len(failures))
 
+    async def hold_keys(self, claims: Iterable[Claim], *, lease: float) -> list[bool]:
+        """Extend the leases of jobs cancelled under these claims while their handlers'
+        threads still run, so their keys stay held (job_hold_key_many). Returns, for each
+        claim, whether its job was still so held."""
+        claims = list(claims)
+        if not claims:
+            return []
+        return await self._db._changed_positions(
+            "job_hold_key_many", lease_params(claims, lease), len(claims))
+
     async def release_many(self, claims: Iterable[Claim]) -> list[bool]:
         """Hand jobs back to pending without spending an attempt, in one statement, each
         row fenced by its own token. A job cancelled under its claim is let go."""

@@ -6,8 +6,6 @@ SQL, say whether two handlers of one key overlapped."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.runtime.conftest import scalar, wait_until
 from tests.runtime.test_probe_claim_ahead import run_worker  # noqa: F401  (fixture)
 
@@ -23,10 +21,6 @@ OVERLAPS = """
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a cancelled job's hold on its key is its lease, which job_heartbeat_many cannot "
-    "extend (status must be 'running'): a sync thread that runs past it lets the next "
-    "job of the key start beside it; the fix needs a SQL change (reported)"))
 def test_a_cancelled_sync_handler_running_past_its_lease_keeps_its_key(
     run_worker, db, app_schema, queue  # noqa: F811
 ):

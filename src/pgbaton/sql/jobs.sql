@@ -421,6 +421,18 @@ FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, t
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
 
+-- name: job_hold_key_many
+-- A job cancelled (or cancelled and retried since) while its sync handler's thread runs
+-- on keeps its key held by its lease (the claim's `held` probe), not by its status: the
+-- worker extends that lease with this statement until the thread returns, then lets
+-- the job go (job_release_many). Fenced by the token: a job another worker claimed
+-- since is left alone.
+UPDATE __schema__.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status IN ('cancelled', 'pending')
+RETURNING held.position;
+
 -- name: job_claims_lost
 -- Why claims a heartbeat found gone were lost, for the worker's log and the handler's
 -- stop reason: cancelled, taken by another worker once the lease ran out, back to

@@ -27,7 +27,6 @@ piece would need the whole Worker anyway.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import json
 import logging
@@ -384,13 +383,31 @@ class Worker:
 
     async def _release_when_stopped(self, running: Running) -> None:
         if running.thread is not None and not running.thread.done():
-            with contextlib.suppress(BaseException):
-                await asyncio.wrap_future(running.thread)
+            await self._hold_key_while(running, asyncio.wrap_future(running.thread))
         try:
             await self.queue.engine.release_many([running.claim])
         except Exception as error:
             logger.warning("could not let go of lost job %s (%s): its key waits for its "
                            "lease", running.claim.id, error)
+
+    async def _hold_key_while(self, running: Running, thread: asyncio.Future[Any]) -> None:
+        """Until the thread of a lost job's handler returns, keep the hold a cancelled job
+        has on its key: its lease, extended as a heartbeat would (the thread cannot be
+        stopped, only asked to, and the next job of its key must not start beside it).
+        A job taken by another worker is left alone by the fenced statement."""
+        while True:
+            try:
+                await self.queue.engine.hold_keys([running.claim], lease=running.lease)
+            except Exception as error:
+                logger.warning("job %s: could not extend the hold on its key while its "
+                               "thread runs on (%s)", running.claim.id, error)
+            try:
+                await asyncio.wait_for(asyncio.shield(thread), running.lease / 3)
+            except TimeoutError:
+                continue
+            except BaseException:  # what the thread ended with is judged already
+                return
+            return
 
     def _log_failure(self, outcome: Outcome, final: bool) -> None:
         claim, error = outcome.claim, outcome.error
