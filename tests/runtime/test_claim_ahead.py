@@ -204,8 +204,10 @@ def test_a_job_cancelled_while_it_waits_in_the_worker_never_starts(
                               behind), timeout=10, what="the cancelled job let go")
     assert scalar(db, f"""SELECT count(*) FROM "{app_schema}".effects
                           WHERE job_id = %s""", behind) == 0
-    row = db.execute("SELECT status, started_at FROM jobs WHERE id = %s", (behind,)).fetchone()
-    assert row == {"status": "cancelled", "started_at": None}
+    row = db.execute("SELECT status, started_at, holds FROM jobs WHERE id = %s",
+                     (behind,)).fetchone()
+    # Let go, it gave back the hold its claim counted: its worker did not die.
+    assert row == {"status": "cancelled", "started_at": None, "holds": 0}
     stats = worker.stop()
     assert stats == 0
     assert worker.final_stats()["claims_lost"] == 1
@@ -279,6 +281,72 @@ def test_a_claim_records_the_start_of_only_the_jobs_that_start_at_once(
         ("LeaseExpired", False, 1)]
     # Its worker died holding it: the hold stays counted.
     assert scalar(db, "SELECT holds FROM jobs WHERE id = %s", claims[4].id) == 1
+
+
+def test_a_start_sent_again_takes_back_its_hold_once(queue: pgbaton.Queue, db) -> None:
+    """The Starter sends a start again when its answer was lost (the connection dropped
+    after the server committed it), and the executor writes again, at its slot, the
+    start of a job its claim started by the holds rule. Neither may take back a hold
+    that no claim counted: a start takes back its claim's hold only when it is the one
+    that starts the job (started_at was unset). A review found each sent start took one
+    back, so the deaths counted before were lost."""
+    jobs = [queue.enqueue("t") for _ in range(2)]
+    # One earlier death for the first; the second was held by three workers that died.
+    db.execute("UPDATE jobs SET holds = CASE WHEN id = %s THEN 1 ELSE 3 END", (jobs[0],))
+    claims = queue.claim_batch("w", limit=2, lease=30, starting=0).claims
+    assert [c.id for c in claims] == jobs
+    assert [c.started for c in claims] == [False, True]  # the second by the holds rule
+    for _ in range(2):
+        assert queue.start_many(claims) == [True, True]
+    holds = {r["id"]: r["holds"] for r in db.execute("SELECT id, holds FROM jobs")}
+    assert holds == {jobs[0]: 1, jobs[1]: 3}
+
+
+def test_a_job_cancelled_while_held_ahead_gets_its_hold_back_when_let_go(
+    queue: pgbaton.Queue, db
+) -> None:
+    """A job claimed ahead counts a hold. Cancelled while it waits, it never starts, and
+    its worker, alive, lets go of it (job_release_many): that takes the hold back as a
+    release does, and only the deaths counted before stay (a review found the claim's
+    +1 kept). A job cancelled and retried while still held is due at once when let go,
+    with no hold at all (the retry counts afresh)."""
+    jobs = [queue.enqueue("t") for _ in range(2)]
+    db.execute("UPDATE jobs SET holds = 1")  # one earlier death each
+    claims = queue.claim_batch("w", limit=2, lease=30, starting=0).claims
+    assert [c.id for c in claims] == jobs and not any(c.started for c in claims)
+    assert queue.cancel(jobs[0]) and queue.cancel(jobs[1])
+    assert queue.retry(jobs[1])
+    assert queue.release_many(claims) == [False, False]  # let go: they were lost
+    rows = db.execute("SELECT status, holds, claim_token, run_at <= now() AS due"
+                      " FROM jobs ORDER BY id").fetchall()
+    assert rows == [{"status": "cancelled", "holds": 1, "claim_token": None, "due": True},
+                    {"status": "pending", "holds": 0, "claim_token": None, "due": True}]
+
+
+@pytest.mark.parametrize("how", ["retry", "retry_matching"])
+def test_an_operators_retry_counts_the_holds_of_a_job_afresh(
+    queue: pgbaton.Queue, db, how: str
+) -> None:
+    """An operator's retry (Queue.retry, retry_matching, `pgbaton retry`, the dashboard)
+    gives a job a fresh set of attempts, and of holds: a failed job and a cancelled one
+    that three workers died holding are claimed ahead again after the retry, not started
+    at their claim (a review found the count kept, so a retried job's next death while
+    it waited spent an attempt)."""
+    failed = queue.enqueue("t", max_attempts=1)
+    cancelled = queue.enqueue("t")
+    db.execute("UPDATE jobs SET holds = 3")
+    claim = queue.claim_batch("w", limit=1, lease=30, starting=0).claims[0]
+    assert claim.id == failed and claim.started  # the holds rule
+    assert queue.fail(claim, "boom") is True
+    assert queue.cancel(cancelled) is True
+    if how == "retry":
+        assert queue.retry(failed) and queue.retry(cancelled)
+    else:
+        assert queue.retry_matching(pgbaton.JobFilter(), upto=cancelled) == 2
+    rows = db.execute("SELECT status, attempts, holds FROM jobs ORDER BY id").fetchall()
+    assert rows == [{"status": "pending", "attempts": 0, "holds": 0}] * 2
+    claims = queue.claim_batch("w", limit=2, lease=30, starting=0).claims
+    assert [(c.id, c.started) for c in claims] == [(failed, False), (cancelled, False)]
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])

@@ -27,6 +27,8 @@ import pytest
 
 import pgbaton
 from pgbaton.worker import executor
+from pgbaton.worker.hand_back import HandBack
+from pgbaton.worker.held import HeldJobs, Running
 from tests.runtime.conftest import ROOT, WorkerProcess, scalar, wait_until
 
 AHEAD_SPEC = "tests.runtime.test_claim_ahead_auto:app"
@@ -368,3 +370,46 @@ def test_jobs_held_past_the_hold_limit_are_handed_back_to_another_worker(
     assert _lines(lines_path, "start")[behind[0]] == 1
     assert scalar(db, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND attempts = 1"
                       " AND holds = 0 AND errors = '[]'", behind) == len(behind)
+
+
+async def test_a_hand_back_cut_by_a_passing_error_is_sent_again(aqueue, dsn):
+    """The hand-back's release fails for a passing reason (here its statement is
+    cancelled while it waits for a row lock: SQLSTATE 57014): the hand-back sends it
+    again, so the jobs go back to pending at once, attempts and holds given back,
+    instead of waiting in no worker for their leases to run out and for the reaper to
+    count each a hold their worker never died in (a review found them left so). The
+    release is fenced by token: sent twice, it gives back once."""
+    for _ in range(3):
+        await aqueue.enqueue("work")
+    claims = (await aqueue.claim_batch("w", limit=3, lease=30, starting=0)).claims
+    assert len(claims) == 3 and not any(c.started for c in claims)
+    held = HeldJobs(1)
+    runnings = [Running(claim, None, None, 30.0,  # type: ignore[arg-type]
+                        deadline=held.now() + 30, held_since=held.now())
+                for claim in claims]
+    stats: Counter[str] = Counter()
+    hand_back = HandBack(aqueue, held, hold_limit=1.0, stopping=asyncio.Event(),
+                         stats=stats, notify=lambda *_, **__: None)
+    with psycopg.connect(dsn) as locker:
+        locker.execute(f'SELECT 1 FROM "{aqueue.schema}".jobs WHERE id = %s FOR UPDATE',
+                       (claims[1].id,))
+        handing = asyncio.create_task(hand_back.hand_back(runnings))
+        with psycopg.connect(dsn, autocommit=True) as canceller:
+            cancelled = 0
+            for _ in range(200):  # cancel the release once it waits for the lock
+                cancelled = canceller.execute(
+                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))"
+                    " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()").fetchone()[0]
+                if cancelled:
+                    break
+                await asyncio.sleep(0.05)
+            assert cancelled == 1
+        locker.rollback()
+    await asyncio.wait_for(handing, 30)
+    assert stats["handed_back"] == 3
+    async with await psycopg.AsyncConnection.connect(dsn) as check:
+        rows = await (await check.execute(
+            f'SELECT status, attempts, holds, claim_token FROM "{aqueue.schema}".jobs'
+            " ORDER BY id")).fetchall()
+    assert rows == [("pending", 0, 0, None)] * 3

@@ -203,8 +203,9 @@ LIMIT 1;
 -- get started_at, the first in claim order. The others wait in the worker (claimed
 -- ahead) until job_start_many starts them: a running job with no started_at never ran
 -- its handler, and job_reap gives its attempt back. A job claimed ahead counts a hold
--- (holds + 1), which its start or its release takes back: what stays counted are the
--- holds its workers died in. A job held 3 times so is started at its claim, wherever it
+-- (holds + 1), which its start or its release (or the let-go of a cancel) takes back
+-- once: what stays counted are the holds its workers died in, until an operator's retry
+-- counts afresh. A job held 3 times so is started at its claim, wherever it
 -- stands in the batch, so a job that kills its worker before it starts spends its
 -- attempts instead of coming back for ever (docs/architecture.md, "Claiming ahead sized
 -- by the worker").
@@ -446,7 +447,11 @@ ORDER BY held.position;
 -- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
 -- worker is about to start at one moment, in one statement, each fenced by its token.
 -- A job cancelled, or taken by another worker after its lease, since its claim is not
--- changed and must not start. The start takes back the hold its claim counted.
+-- changed and must not start. The start takes back the hold its claim counted, once:
+-- only the start that finds started_at unset counts as the job's start. A start sent
+-- again (its first answer lost after the server committed it) and the start a job
+-- its claim started by the holds rule gets at its slot take nothing back (that claim
+-- counted no hold), so the holds counted for workers that died stay.
 -- The lease is left alone: the heartbeat renews every lease the worker holds, waiting
 -- or started, and lease_until is in the lease indexes' keys and predicates, so writing
 -- it would make every start a non-HOT update (a new entry in each index); started_at
@@ -455,7 +460,8 @@ ORDER BY held.position;
 -- lost with its claim's lease, as if the worker had died before the start.
 UPDATE __schema__.jobs AS j
 SET started_at  = now(),
-    holds       = greatest(j.holds - 1, 0)
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position),
      (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
@@ -556,7 +562,9 @@ RETURNING held.position, j.status;
 -- key's oldest and the later jobs of its key wait for it (docs/howto/per-key-ordering.md).
 -- A job cancelled under its holder (and perhaps retried since) is let go: the holder
 -- says its handler has stopped, so the job's key, and the retried job itself, need not
--- wait for the lease. Only the running jobs count as released (the others were lost).
+-- wait for the lease; one cancelled while it waited in the worker (claimed ahead, never
+-- started) gets back the hold its claim counted, as a release does. Only the running
+-- jobs count as released (the others were lost).
 -- The extra arrays travel as text: they are rare, and mostly NULLs.
 WITH held AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)s::float8[],
@@ -568,7 +576,8 @@ WITH held AS (
 let_go AS (
     UPDATE __schema__.jobs AS j
     SET claim_token = NULL, lease_until = NULL,
-        run_at = CASE WHEN j.status = 'pending' THEN least(j.run_at, now()) ELSE j.run_at END
+        run_at = CASE WHEN j.status = 'pending' THEN least(j.run_at, now()) ELSE j.run_at END,
+        holds = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0) ELSE j.holds END
     FROM held
     WHERE j.id = held.id AND j.claim_token = held.token
       AND j.status IN ('cancelled', 'pending')
@@ -675,13 +684,15 @@ RETURNING id;
 -- becomes due when the holder lets go (job_release_many) or its lease runs out
 -- (greatest() passes over a NULL lease): the job never runs twice at once. A job with
 -- parents waits again while one of them has not finished (job_retry_status, schema.sql:
--- it locks them). The workers of its queue are woken, as job_retry_matching wakes them,
--- and the job is returned, pending or waiting.
+-- it locks them). Its attempts, snoozes and holds start again at 0: the deaths of
+-- workers that held it ahead before (jobs.holds, job_claim_many) count no more, as its
+-- spent attempts do not. The workers of its queue are woken, as job_retry_matching
+-- wakes them, and the job is returned, pending or waiting.
 WITH retried AS (
     UPDATE __schema__.jobs AS j
     SET (status, waiting_for) = (SELECT * FROM __schema__.job_retry_status(
                                      j.id, j.waiting_for IS NOT NULL)),
-        attempts = 0, snoozes = 0,
+        attempts = 0, snoozes = 0, holds = 0,
         run_at = greatest(now(), lease_until),
         claim_token = CASE WHEN lease_until > now() THEN claim_token END,
         lease_until = CASE WHEN lease_until > now() THEN lease_until END,
@@ -863,10 +874,11 @@ WHERE j.status = ANY(%(statuses)s::text[])
 WITH retried AS (
     UPDATE __schema__.jobs AS j
     -- As job_retry: a held job stays held, and is due when its old handler lets go; a
-    -- job with parents waits again while one of them has not finished.
+    -- job with parents waits again while one of them has not finished; attempts,
+    -- snoozes and holds start again at 0.
     SET (status, waiting_for) = (SELECT * FROM __schema__.job_retry_status(
                                      j.id, j.waiting_for IS NOT NULL)),
-        attempts = 0, snoozes = 0,
+        attempts = 0, snoozes = 0, holds = 0,
         run_at = greatest(now(), j.lease_until),
         claim_token = CASE WHEN j.lease_until > now() THEN j.claim_token END,
         lease_until = CASE WHEN j.lease_until > now() THEN j.lease_until END,
