@@ -256,3 +256,22 @@ def sync_logs_and_reports(context: pgbaton.JobContext, lines: int = 5,
         context.progress((n + 1) / lines)
     time.sleep(hold)
     return lines
+
+
+@app.task(pass_context=True)
+async def snoozes_once(context: pgbaton.JobContext, seconds: float = 0.3) -> str:
+    """Record each run; snooze `seconds` on the first (test_wakeup: its due-time wake)."""
+    first = not await asyncio.to_thread(effect_exists, context.job_id, "start")
+    await asyncio.to_thread(record, context, "start")
+    if first:
+        raise pgbaton.Snooze(seconds)
+    return "ok"
+
+
+@app.task(pass_context=True, max_attempts=2, retry=pgbaton.Backoff(base=0.3, cap=0.3))
+async def fails_once_slowly(context: pgbaton.JobContext) -> str:
+    """Record each run; fail the first, retried after 0.3 s (test_wakeup)."""
+    await asyncio.to_thread(record, context, "start")
+    if context.attempt == 1:
+        raise RuntimeError("the first attempt fails on purpose")
+    return "ok"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import random
 import uuid
@@ -28,6 +29,11 @@ logger = logging.getLogger("pgbaton.worker")
 
 RETRY_START_SECONDS = 0.1
 RETRY_MAX_SECONDS = 5.0
+
+
+# Due times of handed-back jobs a producer keeps a wake-up for (wake_in): a snooze storm
+# beyond it falls back to the poll rather than growing the heap.
+MAX_DUE_WAKEUPS = 1024
 
 
 class Producer:
@@ -56,6 +62,10 @@ class Producer:
         self._start = start
         self._stopping = stopping
         self.wakeup = asyncio.Event()
+        # When jobs this worker handed back become due (loop time, a heap), and the
+        # timer that wakes the claim for the earliest (wake_in).
+        self._due: list[float] = []
+        self._due_timer: asyncio.TimerHandle | None = None
         # Sizes the claims ahead before each claim (claim_ahead "auto"); None: the
         # held jobs' fixed claim_ahead.
         self.sizer = sizer
@@ -65,6 +75,33 @@ class Producer:
 
     def wake(self) -> None:
         self.wakeup.set()
+
+    def wake_in(self, seconds: float) -> None:
+        """A job this worker handed back (a snooze, a retry after its backoff) is due in
+        `seconds`: claim then, not at the next poll, since a job that becomes due sends
+        no NOTIFY. One timer, at the earliest of these times; past MAX_DUE_WAKEUPS of
+        them the rest wait for the poll."""
+        if len(self._due) >= MAX_DUE_WAKEUPS:
+            return
+        loop = asyncio.get_running_loop()
+        heapq.heappush(self._due, loop.time() + max(seconds, 0.0))
+        if self._due_timer is None or self._due[0] < self._due_timer.when():
+            self._arm(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._due_timer is not None:
+            self._due_timer.cancel()
+        self._due_timer = loop.call_at(self._due[0], self._due_now, loop) if self._due \
+            else None
+
+    def _due_now(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        while self._due and self._due[0] <= now:
+            heapq.heappop(self._due)
+        self._due_timer = None
+        self.wakeup.set()
+        if self._due:
+            self._arm(loop)
 
     async def run(self) -> None:
         """Claim until the worker stops."""

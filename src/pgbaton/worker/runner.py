@@ -326,6 +326,8 @@ class Worker:
         if outcome.timed_out:
             self._notify("job.timed_out", running, outcome=outcome)
         final = outcome.claim.attempts >= outcome.claim.max_attempts
+        if not final and outcome.retry_in is not None:
+            self.producer.wake_in(outcome.retry_in)
         self._notify("job.failed" if final else "job.retried", running, outcome=outcome)
         self._log_failure(outcome, final)
 
@@ -335,6 +337,11 @@ class Worker:
         claim, error = outcome.claim, outcome.error
         if outcome.snooze is not None and outcome.written == "pending":
             self.stats["snoozed"] += 1
+            snooze = outcome.snooze
+            self.producer.wake_in(
+                snooze.seconds if snooze.seconds is not None
+                else 0.0 if snooze.until is None
+                else (snooze.until - dt.datetime.now(dt.UTC)).total_seconds())
             self._notify("job.snoozed", running, outcome=outcome,
                          detail={"seconds": outcome.snooze.seconds,
                                  "until": None if outcome.snooze.until is None
