@@ -275,3 +275,11 @@ async def fails_once_slowly(context: pgbaton.JobContext) -> str:
     if context.attempt == 1:
         raise RuntimeError("the first attempt fails on purpose")
     return "ok"
+
+
+@app.task(pass_context=True)
+async def sleeps_durably(context: pgbaton.JobContext, seconds: float = 0.3) -> str:
+    """Record each run; sleep durably once (test_wakeup: its due-time wake)."""
+    await asyncio.to_thread(record, context, "start")
+    await context.sleep(seconds)
+    return "ok"

@@ -132,18 +132,21 @@ def test_a_short_snooze_or_retry_runs_when_due_not_at_the_next_poll(
     start_worker, db, app_schema
 ):
     """A job becoming due sends no NOTIFY: a worker that never polls runs a job it
-    snoozed for 0.3 s, and one it retries after a 0.15 to 0.3 s backoff, when they are
-    due, because it wakes itself for the due times it wrote."""
+    snoozed for 0.3 s, one it retries after a 0.15 to 0.3 s backoff, and one that slept
+    durably for 0.3 s, when they are due, because it wakes itself for the due times it
+    wrote."""
     worker = start_worker(*NEVER_POLL, "--no-maintenance")
     wait_for_listener(db, app_schema)
     snoozed = tasks.snoozes_once.enqueue({"seconds": 0.3})
     retried = tasks.fails_once_slowly.enqueue({})
-    wait_until(lambda: done(db, snoozed) and done(db, retried), timeout=30,
-               what="the snoozed and the retried job done without a poll")
+    slept = tasks.sleeps_durably.enqueue({"seconds": 0.3})
+    wait_until(lambda: all(done(db, job) for job in (snoozed, retried, slept)), timeout=30,
+               what="the snoozed, the retried and the sleeping job done without a poll")
     gaps = {row["job_id"]: float(row["gap"]) for row in db.execute(
         "SELECT job_id, extract(epoch FROM max(at) - min(at)) AS gap FROM effects"
         " WHERE what = 'start' GROUP BY job_id HAVING count(*) = 2")}
-    assert set(gaps) == {snoozed, retried}, gaps
+    assert set(gaps) == {snoozed, retried, slept}, gaps
     assert 0.3 <= gaps[snoozed] < 10, gaps
+    assert 0.3 <= gaps[slept] < 10, gaps
     assert 0.15 <= gaps[retried] < 10, gaps
     assert worker.stop() == 0

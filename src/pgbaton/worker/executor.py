@@ -73,8 +73,11 @@ class Executor:
         on_dropped: Callable[[Running], None],
         job_log_level: int | None = None,
         queue: AsyncQueue | None = None,
+        wake_in: Callable[[float], None] | None = None,
     ) -> None:
         self.held = held
+        # The producer's wake_in: a durable sleep wakes the claim at its end.
+        self._wake_in = wake_in
         # Keep what handlers log with their attempt at this level (job_logs.py); None:
         # the worker keeps no job's lines.
         self.job_log_level = job_log_level
@@ -231,7 +234,7 @@ class Executor:
                 # Before the suspension lets go of the claim that fences them.
                 await write_run_extras(self._queue, [
                     (running, "slept" if suspend.kind == "sleep" else "waited")])
-            await write_suspension(running, suspend, self._notify)
+            await write_suspension(running, suspend, self._notify, self._wake_in)
             return None
         except Exception as error:
             return self._failure(running, error)

@@ -108,6 +108,7 @@ class Worker:
             extend_one=self.heartbeat.extend_one, start_ahead=self.starter.start,
             notify=self._notify, on_dropped=self._let_go, queue=self.queue,
             job_log_level=int(self.config.job_log_level) if self.config.job_logs else None,
+            wake_in=self._wake_in,
         )
         self.producer = Producer(
             self.queue, self.held, worker_id=self.worker_id, lease=self.config.lease,
@@ -377,6 +378,11 @@ class Worker:
             self._notify("job.timed_out", running, outcome=outcome)
         self._notify("job.failed", running, outcome=outcome)
         self._log_failure(outcome, True)
+
+    def _wake_in(self, seconds: float) -> None:
+        """The executor's: a job that slept durably is due in `seconds` (the producer is
+        made after the executor)."""
+        self.producer.wake_in(seconds)
 
     def _let_go(self, running: Running) -> None:
         """A claim this worker lost (cancelled by an operator, taken after its lease, or

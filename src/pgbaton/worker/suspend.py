@@ -30,9 +30,12 @@ RETRY_MAX_SECONDS = 2.0
 
 
 async def write_suspension(
-    running: Running, suspend: Suspend, notify: Callable[..., None]
+    running: Running, suspend: Suspend, notify: Callable[..., None],
+    wake_in: Callable[[float], None] | None = None,
 ) -> None:
-    """Suspend the job as the handler asked; nothing is written for a lost claim."""
+    """Suspend the job as the handler asked; nothing is written for a lost claim.
+    `wake_in`: told how many seconds from now the job is due again (a job that becomes
+    due sends no NOTIFY), when its wake time is a deadline."""
     queue, claim = running.context._queue, running.claim
     if running.stopped or queue is None:
         return
@@ -57,6 +60,8 @@ async def write_suspension(
     if wake is None:
         await _refused(running, suspend, notify)
         return
+    if wake_in is not None and suspend.deadline:
+        wake_in((wake - dt.datetime.now(dt.UTC)).total_seconds())
     detail: dict[str, Any] = {"kind": suspend.kind, "name": suspend.name,
                               "until": wake.isoformat(), "event": suspend.event}
     notify("job.sleeping", running, detail=detail)
