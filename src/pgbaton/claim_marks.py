@@ -9,10 +9,10 @@ job this queue object claimed from the same head (its mark: priority, run_at, id
 queue when the claim names queues), and a claim from the head comes at most every
 CLAIM_HEAD_SECONDS, or HEAD_COST_SHARE of the time if that is longer: a claim from a head
 that takes 0.5 s comes every 5 s, so the dead head never takes more than a tenth of the
-claims' time, however long it grows. Those claims take what became pending behind a
-mark: a job whose lease was reaped, a dependency's child, the next job of a key that was
-busy; and they find out whether the head is still slow (docs/scaling.md, "A held
-xmin")."""
+claims' time, however long it grows (but never more than MAX_HEAD_INTERVAL_SECONDS
+apart). Those claims take what became pending behind a mark: a job whose lease was
+reaped, a dependency's child, the next job of a key that was busy; and they find out
+whether the head is still slow (docs/scaling.md, "A held xmin")."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ CLAIM_HEAD_SECONDS = 1.0
 # a minute into a held xmin, the claim from the head took most of a second; a claim from
 # the head every second then halved the completions (issue 27's cell in make bench).
 HEAD_COST_SHARE = 0.1
+# But a job behind a mark waits no longer than this for a claim from the head, however
+# slow it is: a claim from the head that takes seconds means a collapse to read, not a
+# cost to spread.
+MAX_HEAD_INTERVAL_SECONDS = 30.0
 # Distinct (queues, tasks) pairs whose marks a queue object keeps; past it, all go.
 MAX_MARKED_CLAIMS = 64
 
@@ -79,8 +83,8 @@ class ClaimMarks:
                 self._marks.clear()
             self._marks[kind] = _Marks(head_at=now)
             return None
-        head_due = marks.head_at + max(CLAIM_HEAD_SECONDS,
-                                       marks.head_seconds / HEAD_COST_SHARE)
+        head_due = marks.head_at + min(MAX_HEAD_INTERVAL_SECONDS, max(
+            CLAIM_HEAD_SECONDS, marks.head_seconds / HEAD_COST_SHARE))
         if not marks.slow or now >= head_due or (marks.every is None and not marks.queues):
             marks.head_at = now
             return None

@@ -16,7 +16,12 @@ import psycopg
 
 import pgbaton
 from pgbaton import _sql
-from pgbaton.claim_marks import CLAIM_HEAD_SECONDS, HEAD_COST_SHARE, ClaimMarks
+from pgbaton.claim_marks import (
+    CLAIM_HEAD_SECONDS,
+    HEAD_COST_SHARE,
+    MAX_HEAD_INTERVAL_SECONDS,
+    ClaimMarks,
+)
 from pgbaton.models import Claim
 
 
@@ -84,6 +89,13 @@ def test_a_claim_from_a_slow_head_waits_ten_times_its_own_length():
     clock.now = started + 0.5 / HEAD_COST_SHARE
     assert marks.after(None, None) is None
     marks.claimed(None, None, after=None, claims=[claim], seconds=0.002)  # vacuumed
+    assert marks.after(None, None) is None
+    # A head that takes 10 s is read again after MAX_HEAD_INTERVAL_SECONDS, not 100 s.
+    marks.claimed(None, None, after=None, claims=[claim], seconds=10.0)
+    started = clock.now
+    clock.now = started + MAX_HEAD_INTERVAL_SECONDS - 0.01
+    assert marks.after(None, None) is not None
+    clock.now = started + MAX_HEAD_INTERVAL_SECONDS
     assert marks.after(None, None) is None
 
 
