@@ -7,6 +7,7 @@ The sync twin _database.py is generated from this file by tools/async_to_sync.py
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -381,24 +382,31 @@ class AsyncDatabase:
             return await cursor.fetchall() if cursor.description else []
 
     async def _fetch_tuples(
-        self, name: str, params: Mapping[str, Any]
+        self, name: str, params: Mapping[str, Any], took: list[float] | None = None
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """A statement of the worker's hot path: its column names and its rows as
         tuples, in binary (no dict per row, no text to parse), jsonb decoded by
-        JsonbBinaryLoader (_read_jsonb_binary)."""
+        JsonbBinaryLoader (_read_jsonb_binary). `took`: gets the seconds the statement
+        took, from its sending to its last row (the wait for a connection left out)."""
         async with (
             self._connection() as pooled,
             pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
         ):
+            sent = time.monotonic()
             await cursor.execute(self._sql[name], params)
             result = cursor.pgresult
             if result is None or not result.nfields:  # no rows returned: no description
-                return [], []
-            names = self._column_names.get(name)
-            if names is None:
-                names = [column.name for column in cursor.description or ()]
-                self._column_names[name] = names
-            return names, await cursor.fetchall()
+                names: list[str] = []
+                rows: list[tuple[Any, ...]] = []
+            else:
+                known = self._column_names.get(name)
+                if known is None:
+                    known = [column.name for column in cursor.description or ()]
+                    self._column_names[name] = known
+                names, rows = known, await cursor.fetchall()
+            if took is not None:
+                took.append(time.monotonic() - sent)
+            return names, rows
 
     async def _changed_positions(
         self, name: str, params: Mapping[str, Any], count: int

@@ -3,10 +3,11 @@
 Claimed jobs leave dead entries at the head of jobs_claimable (and of each queue's range
 in jobs_queue_claimable) until a VACUUM removes them; while a session holds an old
 snapshot none can, and every claim that starts at the head reads all of them. A claim
-reads from the head as it always has, unless one from the head took SLOW_HEAD_SECONDS
-or more (and four times this queue's quickest claim): then each starts past the last
+reads from the head as it always has, unless two from the head in a row took
+SLOW_HEAD_SECONDS or more (and four times this queue's quickest claim; the statement
+alone, not the wait for a connection): then each starts past the last
 job this queue object claimed from the same head (its mark: priority, run_at, id; per
-queue when the claim names queues), and a claim from the head comes at most every
+queue when the claim names queues), and a claim from the head comes every
 CLAIM_HEAD_SECONDS, or HEAD_COST_SHARE of the time if that is longer: a claim from a head
 that takes 0.5 s comes every 5 s, so the dead head never takes more than a tenth of the
 claims' time, however long it grows (but never more than MAX_HEAD_INTERVAL_SECONDS
@@ -54,7 +55,8 @@ ClaimKind = tuple[tuple[str, ...] | None, tuple[str, ...] | None]
 @dataclass
 class _Marks:
     head_at: float  # when this kind of claim last read from the head
-    slow: bool = False  # whether that read took SLOW_HEAD_SECONDS or more
+    slow: bool = False  # whether that read and the one before it were slow
+    slow_once: bool = False  # whether that read took SLOW_HEAD_SECONDS or more
     head_seconds: float = 0.0  # how long that read took
     every: Mark | None = None
     queues: dict[str, Mark] = field(default_factory=dict)
@@ -105,8 +107,12 @@ class ClaimMarks:
         if marks is None:
             return
         if after is None:
-            marks.slow = not self.slow_head or seconds >= max(
+            # Two slow reads of the head in a row: one alone may be a stall of the
+            # worker's loop or the server, not a dead head.
+            slow = not self.slow_head or seconds >= max(
                 self.slow_head, SLOW_HEAD_TIMES_QUICKEST * self._quickest)
+            marks.slow = slow and (marks.slow_once or not self.slow_head)
+            marks.slow_once = slow
             marks.head_seconds = seconds
         for claim in claims:
             if claim.run_at is None:

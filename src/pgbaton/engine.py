@@ -116,9 +116,9 @@ class Engine:
         for _ in range(3):
             if plain:
                 params["after"] = self._claim_marks.after(params["queues"], params["tasks"])
-            began = time.monotonic()
+            took: list[float] = []  # the statement's own time, not the pool's wait
             try:
-                columns, rows = self._db._fetch_tuples(statement, params)
+                columns, rows = self._db._fetch_tuples(statement, params, took)
             except psycopg.errors.UniqueViolation:
                 # jobs_one_running_per_key caught two claims racing for one key whose
                 # jobs committed out of id order; the other claim won, try again.
@@ -127,8 +127,7 @@ class Engine:
             if plain:
                 self._claim_marks.claimed(
                     params["queues"], params["tasks"], after=params["after"],
-                    claims=batch.claims,
-                    seconds=time.monotonic() - began)
+                    claims=batch.claims, seconds=took[0])
             return batch
         return ClaimBatch([])
 

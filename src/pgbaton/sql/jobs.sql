@@ -191,7 +191,7 @@ LIMIT 1;
 -- as far as the LIMIT needs, so no row is locked that is not claimed. What became
 -- pending behind the mark (a reaped job, a dependency's child, the next job of a key
 -- that was busy) waits for the next claim from the head: a second away, or ten times
--- that claim's length when it is longer (docs/scaling.md, "A held xmin").
+-- that claim's length when it is longer, at most 30 s (docs/scaling.md, "A held xmin").
 -- The candidates travel as one array, joined with id = ANY(...): the plan is then the
 -- same whatever the LIMIT (the head of an index, then the primary key), so the
 -- worker's connections keep one generic plan instead of planning every claim.
@@ -427,9 +427,14 @@ RETURNING held.position, j.lease_until;
 -- on keeps its key held by its lease (the claim's `held` probe), not by its status: the
 -- worker extends that lease with this statement until the thread returns, then lets
 -- the job go (job_release_many). Fenced by the token: a job another worker claimed
--- since is left alone.
+-- since is left alone. A job retried since (pending) is due when its old handler lets
+-- go or its lease ends (job_retry): its run_at moves with the lease, or a job with no
+-- key, which no key probe holds back, would be claimed beside the thread.
 UPDATE __schema__.jobs AS j
-SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+SET lease_until = now() + make_interval(secs => %(lease)s::float8),
+    run_at      = CASE WHEN j.status = 'pending'
+                       THEN greatest(j.run_at, now() + make_interval(secs => %(lease)s::float8))
+                       ELSE j.run_at END
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status IN ('cancelled', 'pending')
 RETURNING held.position;

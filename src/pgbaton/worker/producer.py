@@ -34,6 +34,8 @@ RETRY_MAX_SECONDS = 5.0
 # Due times of handed-back jobs a producer keeps a wake-up for (wake_in): a snooze storm
 # beyond it falls back to the poll rather than growing the heap.
 MAX_DUE_WAKEUPS = 1024
+# Due times further off than this wait for the poll: they would fill the heap for little.
+MAX_DUE_WAKE_SECONDS = 60.0
 
 
 class Producer:
@@ -81,10 +83,10 @@ class Producer:
         `seconds`: claim then, not at the next poll, since a job that becomes due sends
         no NOTIFY. One timer, at the earliest of these times; past MAX_DUE_WAKEUPS of
         them the rest wait for the poll."""
-        if len(self._due) >= MAX_DUE_WAKEUPS:
-            return
+        if len(self._due) >= MAX_DUE_WAKEUPS or not 0 <= seconds <= MAX_DUE_WAKE_SECONDS:
+            return  # the poll finds it (a wake that far off saves little)
         loop = asyncio.get_running_loop()
-        heapq.heappush(self._due, loop.time() + max(seconds, 0.0))
+        heapq.heappush(self._due, loop.time() + seconds)
         if self._due_timer is None or self._due[0] < self._due_timer.when():
             self._arm(loop)
 
@@ -105,6 +107,14 @@ class Producer:
 
     async def run(self) -> None:
         """Claim until the worker stops."""
+        try:
+            await self._claim_until_stopped()
+        finally:
+            if self._due_timer is not None:  # a stopped producer keeps no timer
+                self._due_timer.cancel()
+                self._due_timer = None
+
+    async def _claim_until_stopped(self) -> None:
         delay = RETRY_START_SECONDS
         while not self._stopping.is_set():
             if not self.held.heartbeat_ok.is_set():

@@ -396,7 +396,14 @@ class Worker:
 
     async def _release_when_stopped(self, running: Running) -> None:
         if running.thread is not None and not running.thread.done():
-            await self._hold_key_while(running, asyncio.wrap_future(running.thread))
+            try:
+                await self._hold_key_while(running, asyncio.wrap_future(running.thread))
+            except asyncio.CancelledError:
+                # The worker stops while the thread runs on: never let go of a job whose
+                # handler still runs; its key waits for the lease last extended.
+                logger.warning("job %s: its thread still runs as the worker stops; its "
+                               "key stays held until its lease ends", running.claim.id)
+                raise
         try:
             await self.queue.engine.release_many([running.claim])
         except Exception as error:
@@ -418,6 +425,8 @@ class Worker:
                 await asyncio.wait_for(asyncio.shield(thread), running.lease / 3)
             except TimeoutError:
                 continue
+            except asyncio.CancelledError:
+                raise  # this task's, or a thread never started: no let-go
             except BaseException:  # what the thread ended with is judged already
                 return
             return
@@ -545,7 +554,12 @@ class Worker:
                                      self.config.shutdown_grace)
         await self.supervisor.stop("completer")
         if self._letting_go:
-            await asyncio.wait(self._letting_go, timeout=FORCED_STOP_SECONDS)
+            _, pending = await asyncio.wait(self._letting_go, timeout=FORCED_STOP_SECONDS)
+            # Those still waiting for a thread stop here, before the queue closes: none
+            # may write after the worker has stopped (or reopen its pool to do so).
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
         # Whatever is still held now (released handlers, and outcomes the completer could
         # not write) goes back to pending without spending an attempt.
         leftover = [*unfinished, *(r for r in self.held if r not in unfinished)]
