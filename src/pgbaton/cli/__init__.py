@@ -1,6 +1,6 @@
 """The `pgbaton` command line (the console script `pgbaton`, and `python -m pgbaton`):
-main.py holds the group and its commands, bulk.py the bulk forms of retry and cancel,
-queues.py `pgbaton queue`."""
+main.py holds the group and registers the commands, each in the module of its concern
+(main.py's docstring lists them); bulk.py the bulk forms of retry and cancel."""
 
 from .main import main
 

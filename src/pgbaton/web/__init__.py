@@ -1,6 +1,9 @@
 """pgbaton.web: the dashboard, an ASGI app to serve alone or mount in yours.
 
-    app.py       create_app: the Starlette app, its routes and error pages
+    app.py       create_app: the Starlette app and its route table; Gate, before any route
+    board.py     Board: what every page stands on (state, rendering, the guard, ERRORS)
+    overview.py, jobs.py, queues.py, schedules.py, health.py
+                 each page's handlers, a class over Board; app.Dashboard is all of them
     security.py  who may do what (token, basic auth, a resolver), CSRF, the bind rule
     params.py    query parameters and form fields to a JobFilter, a page, an action
     store.py     the dashboard's reads, every one a named statement of sql/dashboard.sql
