@@ -321,7 +321,8 @@ async def held_xmin(system: System, p: dict[str, Any]) -> dict[str, Any]:
     """Issue 27's cell (benchmarks/held_xmin.py): a paced producer, a worker process at
     concurrency 32, and after a warm-up a session that holds the xmin horizon back for
     `hold` seconds (`readers` > 0: that many REPEATABLE READ sessions scanning the jobs
-    table instead); every `window` seconds the jobs table says how many finished, how
+    table instead, with `reader_parallel` as their max_parallel_workers_per_gather when
+    given); every `window` seconds the jobs table says how many finished, how
     many were offered and how long they waited for their claim. At the end every job must
     be done, once."""
     readers = p.get("readers", 0)
@@ -337,7 +338,8 @@ async def held_xmin(system: System, p: dict[str, Any]) -> dict[str, Any]:
             producing.result()  # raises the producer's error
 
     sampler = xmin.Sampler(system.db, system.jobs_table, p["window"], alive)
-    holding = (xmin.scanning_readers(system.dsn, system.jobs_table, readers) if readers
+    holding = (xmin.scanning_readers(system.dsn, system.jobs_table, readers,
+                                     p.get("reader_parallel")) if readers
                else xmin.idle_holder(system.dsn))
     try:
         await sampler.phase("warmup", p["warmup"])
@@ -365,6 +367,7 @@ async def held_xmin(system: System, p: dict[str, Any]) -> dict[str, Any]:
         "metrics": xmin.metrics(span, end_of_hold, sampler.windows, hold_seconds),
         "info": {
             "rate": p["rate"], "hold_seconds": hold_seconds, "readers": readers,
+            "reader_parallel": p.get("reader_parallel"),
             "concurrency": p["concurrency"], "window_seconds": p["window"],
             "done_met": verdict["done_met"], "wait_met": verdict["wait_met"],
             "sent": producer.sent, "producer_most_behind": producer.most_behind,

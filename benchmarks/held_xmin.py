@@ -147,15 +147,24 @@ async def idle_holder(dsn: str) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def scanning_readers(dsn: str, jobs: str, count: int = READERS) -> AsyncIterator[None]:
+async def scanning_readers(dsn: str, jobs: str, count: int = READERS,
+                           parallel: int | None = None) -> AsyncIterator[None]:
     """Analytics readers: REPEATABLE READ transactions scanning the jobs table over and
-    over, one after the other on each session, so some snapshot is always held."""
+    over, one after the other on each session, so some snapshot is always held.
+    `parallel`: the sessions' max_parallel_workers_per_gather (None: the server's). Once
+    the heap passes 31 to 36 MB the planner gives each scan two parallel workers, and
+    four readers become up to twelve processes wanting a core (docs/scaling.md, "A held
+    xmin")."""
     stop = asyncio.Event()
 
     async def read() -> None:
         async with await psycopg.AsyncConnection.connect(
             dsn, application_name="xmin-reader"
         ) as conn:
+            if parallel is not None:
+                await conn.execute("SELECT set_config('max_parallel_workers_per_gather', "
+                                   "%s, false)", (str(parallel),))
+                await conn.commit()
             await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
             while not stop.is_set():
                 async with conn.transaction():

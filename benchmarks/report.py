@@ -567,6 +567,7 @@ def held_xmin_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             row["metrics"] = metrics
             row["rate"] = good[0]["info"]["rate"]
             row["hold_seconds"] = good[0]["info"]["hold_seconds"]
+            row["reader_parallel"] = good[0]["info"].get("reader_parallel")
             worst = metrics.get("hold_done_ratio_min")
             streak = metrics.get("hold_wait_p99_streak")
             row["done_met"] = None if worst is None else worst >= DONE_FLOOR
@@ -600,7 +601,10 @@ def render_held_xmin(rows: list[dict[str, Any]], plan: dict[str, Any],
         "|---|---|--:|--:|---|--:|---|--:|--:|",
     ]
     for row in rows:
-        head = f"| {HELD_XMIN_CASES[row['case_id']]} | {labels.get(row['system'], row['system'])}"
+        hold = HELD_XMIN_CASES[row["case_id"]]
+        if row.get("reader_parallel") is not None:
+            hold += f" (max_parallel_workers_per_gather {row['reader_parallel']})"
+        head = f"| {hold} | {labels.get(row['system'], row['system'])}"
         if "error" in row:
             lines.append(f"{head} | failed: {row['error'][:200]} | | | | | | |")
             continue

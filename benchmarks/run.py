@@ -72,6 +72,8 @@ class Plan:
     xmin_hold: float = 90.0
     xmin_warmup: float = 15.0
     xmin_repeats: int = 1
+    # The readers' max_parallel_workers_per_gather (held_xmin_readers); None: the server's.
+    xmin_reader_parallel: int | None = None
 
 
 FULL = Plan(
@@ -130,6 +132,8 @@ def case_runs(plan: Plan, cases: list[str], systems: dict[str, dict[str, Any]]) 
             params = {"rate": plan.xmin_rate, "hold": plan.xmin_hold,
                       "warmup": plan.xmin_warmup, "window": WINDOW_S, "tick": TICK_S,
                       "concurrency": 32, "readers": readers, "drain_timeout": 300.0}
+            if readers and plan.xmin_reader_parallel is not None:
+                params["reader_parallel"] = plan.xmin_reader_parallel
             groups.append((case_id, "held_xmin", params,
                            plan.xmin_warmup + plan.xmin_hold + 420, plan.xmin_repeats))
     runs: list[Run] = []
@@ -303,6 +307,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--xmin-hold", type=float,
                         help="seconds the held-xmin case holds the horizon (default 90, "
                         "--quick 20)")
+    parser.add_argument("--xmin-reader-parallel", type=int,
+                        help="max_parallel_workers_per_gather in the held_xmin_readers "
+                        "case's reader sessions (default: the server's setting)")
     parser.add_argument("--profile", action="store_true",
                         help="also record a py-spy profile of pgbaton's drain")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
@@ -330,6 +337,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.xmin_rate = args.xmin_rate
     if args.xmin_hold:
         plan.xmin_hold = args.xmin_hold
+    if args.xmin_reader_parallel is not None:
+        plan.xmin_reader_parallel = args.xmin_reader_parallel
     return plan
 
 

@@ -4,6 +4,7 @@ for each test."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from benchmarks.report import (
     render,
     summarize_results,
 )
+from benchmarks.run import QUICK, case_runs
 from benchmarks.systems.raw_system import RawSQL100, RawSQLInFlight
 
 ROLES = {"pgbaton": "subject", "pgbaton_b": "option", "pgbaton_p2": "option",
@@ -256,6 +258,31 @@ def test_the_held_xmin_section_judges_each_system_as_the_test_does() -> None:
                for line in lines)
     assert any(line.startswith("| scanning readers | pgbaton_base | failed: pgbaton_base "
                                "worker stopped") for line in lines)
+
+
+def test_the_readers_parallel_setting_reaches_the_case_and_names_its_row() -> None:
+    """--xmin-reader-parallel N: the readers' case runs with max_parallel_workers_per_gather
+    N in their sessions (docs/scaling.md, "A held xmin"), the idle holder's does not, and
+    the report says which setting the readers' row was measured with."""
+    systems = {"pgbaton": {"cases": ["held_xmin"]}}
+    cases = ["held_xmin", "held_xmin_readers"]
+    serial_plan = dataclasses.replace(QUICK, xmin_reader_parallel=0)
+    params = {run.case_id: run.params for run in case_runs(serial_plan, cases, systems)}
+    assert params["held_xmin_readers"]["reader_parallel"] == 0
+    assert "reader_parallel" not in params["held_xmin"]
+    default = {run.case_id: run.params for run in case_runs(QUICK, cases, systems)}
+    assert "reader_parallel" not in default["held_xmin_readers"]
+
+    good = {"offered_per_s": 2000.0, "hold_done_ratio": 1.0, "hold_done_ratio_min": 0.98,
+            "hold_wait_p50_ms": 30.0, "hold_wait_p99_ms": 180.0,
+            "hold_wait_p99_max_ms": 206.0, "hold_wait_p99_streak": 0,
+            "dead_tuples_end": 17_000, "table_mb_end": 82.5}
+    serial = xmin_run("pgbaton", "held_xmin_readers", **good)
+    serial["info"]["reader_parallel"] = 0
+    section = render(based({}, [serial])).split("## Issue 27's held xmin", 1)[1]
+    assert "| scanning readers (max_parallel_workers_per_gather 0) | pgbaton |" in section
+    plain = render(based({}, [xmin_run("pgbaton", "held_xmin_readers", **good)]))
+    assert "| scanning readers | pgbaton |" in plain
 
 
 def test_a_run_without_the_held_xmin_case_has_no_such_section() -> None:
