@@ -107,6 +107,7 @@ class Worker:
             worker_id=self.worker_id, claim_lease=self.config.lease,
             extend_one=self.heartbeat.extend_one, start_ahead=self.starter.start,
             notify=self._notify, on_dropped=self._let_go, queue=self.queue,
+            claims_ahead=auto_ahead or int(self.config.claim_ahead) > 0,
             job_log_level=int(self.config.job_log_level) if self.config.job_logs else None,
             wake_in=self._wake_in,
         )
