@@ -79,11 +79,13 @@ class Producer:
         self.wakeup.set()
 
     def wake_in(self, seconds: float) -> None:
-        """A job this worker handed back (a snooze, a retry after its backoff) is due in
-        `seconds`: claim then, not at the next poll, since a job that becomes due sends
-        no NOTIFY. One timer, at the earliest of these times; past MAX_DUE_WAKEUPS of
-        them the rest wait for the poll."""
-        if len(self._due) >= MAX_DUE_WAKEUPS or not 0 <= seconds <= MAX_DUE_WAKE_SECONDS:
+        """A job this worker handed back (a snooze, a retry after its backoff, a durable
+        sleep) is due in `seconds`: claim then, not at the next poll, since a job that
+        becomes due sends no NOTIFY. One timer, at the earliest of these times; past
+        MAX_DUE_WAKEUPS of them the rest wait for the poll. A stopping producer sets
+        none."""
+        if (self._stopping.is_set() or len(self._due) >= MAX_DUE_WAKEUPS
+                or not 0 <= seconds <= MAX_DUE_WAKE_SECONDS):
             return  # the poll finds it (a wake that far off saves little)
         loop = asyncio.get_running_loop()
         heapq.heappush(self._due, loop.time() + seconds)
