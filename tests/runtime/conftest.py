@@ -96,6 +96,7 @@ def start_worker(
     def start(
         *options: str, dsn_override: str | None = None, new_session: bool = False,
         env_extra: dict[str, str] | None = None, wait_for: str = "started:",
+        app_spec: str = APP_SPEC,
     ) -> WorkerProcess:
         log_path = tmp_path / f"worker-{len(started)}.log"
         env = {
@@ -108,7 +109,7 @@ def start_worker(
         }
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pgbaton", "worker", APP_SPEC, "--schema", app_schema,
+                [sys.executable, "-m", "pgbaton", "worker", app_spec, "--schema", app_schema,
                  "--stats-file", str(log_path.with_suffix(".stats.json")), *options],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
                 start_new_session=new_session,

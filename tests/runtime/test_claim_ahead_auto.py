@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ import pgbaton
 from pgbaton.worker import executor
 from pgbaton.worker.hand_back import HandBack
 from pgbaton.worker.held import HeldJobs, Running
-from tests.runtime.conftest import ROOT, WorkerProcess, scalar, wait_until
+from tests.runtime.conftest import WorkerProcess, scalar, wait_until
 
 AHEAD_SPEC = "tests.runtime.test_claim_ahead_auto:app"
 SCHEMA = os.environ.get("PGBATON_TEST_SCHEMA", "pgbaton")
@@ -86,34 +84,18 @@ def lines_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def run_worker(
-    dsn: str, app_schema: str, tmp_path: Path, lines_path: Path
-) -> Iterator[Callable[..., WorkerProcess]]:
+    start_worker: Callable[..., WorkerProcess], lines_path: Path
+) -> Callable[..., WorkerProcess]:
     """`pgbaton worker --claim-ahead auto` processes of this module's App; each killed
     at teardown."""
-    started: list[WorkerProcess] = []
 
     def start(*options: str) -> WorkerProcess:
-        log_path = tmp_path / f"ahead-worker-{len(started)}.log"
-        env = {**os.environ, "PGBATON_DSN": dsn, "PGBATON_TEST_SCHEMA": app_schema,
-               "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1",
-               LINES_ENV: str(lines_path)}
         assert not any(option.startswith("--claim-ahead") for option in options)
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "pgbaton", "worker", AHEAD_SPEC,
-                 "--schema", app_schema, "--no-maintenance", "--poll-interval", "0.2",
-                 "--stats-file", str(log_path.with_suffix(".stats.json")),
-                 "--claim-ahead", "auto", *options],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-            )
-        worker = WorkerProcess(process, log_path)
-        started.append(worker)
-        worker.wait_for_log("started:")
-        return worker
+        return start_worker("--no-maintenance", "--poll-interval", "0.2",
+                            "--claim-ahead", "auto", *options, app_spec=AHEAD_SPEC,
+                            env_extra={LINES_ENV: str(lines_path)})
 
-    yield start
-    for worker in started:
-        worker.kill()
+    return start
 
 
 def _lines(path: Path, what: str) -> Counter[int]:
