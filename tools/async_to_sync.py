@@ -73,12 +73,13 @@ class Twin:
     strings: Mapping[str, str] = field(default_factory=dict)
 
 
-# Names renamed in every module: psycopg's and the standard library's async names, and
+# Names renamed in every module: psycopg's, the standard library's and pgbaton's async names, and
 # pgbaton's async modules. A dotted key renames that attribute chain as a whole.
 RENAMES = {
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncCursor": "Cursor",
+    "ParsedOnceAsyncCursor": "ParsedOnceCursor",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "__aenter__": "__enter__",

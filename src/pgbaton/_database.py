@@ -23,6 +23,7 @@ from . import _sql
 from ._checks import check_seconds
 from ._decoding import JsonbBinaryLoader
 from ._engine_base import Row, accepted
+from ._parsed_once import ParsedOnceCursor
 from ._sql import notify_channel
 from ._transient import is_connection_loss, is_prepared_statement_mixup
 from .dsn import merge_options, redact_dsn, resolve_dsn
@@ -50,6 +51,12 @@ class PooledConnection(psycopg.Connection[DictRow]):
     it: a cursor made for each statement costs about a fifth of an enqueue's CPU."""
 
     _statements: psycopg.Cursor[DictRow] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # pgbaton's statements are parsed once per process, not at each call
+        # (_parsed_once.py: the claim's parse was 38 µs a claim).
+        self.cursor_factory = ParsedOnceCursor
 
     def statements(self) -> psycopg.Cursor[DictRow]:
         """The kept cursor (used by one holder at a time, as the connection is)."""
