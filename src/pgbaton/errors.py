@@ -117,17 +117,21 @@ class JobTimeout(PgbatonError):
 
 
 class JobEnded(PgbatonError):
-    """A waited-for job ended without a result: `job_id`, `task`, and `errors`, the
-    job's list of its attempts' errors (each a dict: type, message, attempt, ...)."""
+    """A waited-for job ended without a result: `job_id`, `task`, `errors`, the job's
+    list of its errors (each a dict: type, message, attempt, ...), and `attempts`, the
+    attempts it spent. They differ: a snooze limit or a death before a start leaves a
+    record without spending an attempt."""
 
     outcome = "ended"
 
-    def __init__(self, job_id: int, task: str, errors: list[dict[str, Any]]) -> None:
+    def __init__(self, job_id: int, task: str, errors: list[dict[str, Any]],
+                 attempts: int | None = None) -> None:
         self.job_id, self.task, self.errors = job_id, task, errors
+        self.attempts = len(errors) if attempts is None else attempts
         last = errors[-1] if errors else {}
         said = f": {last.get('type', 'Error')}: {last.get('message', '')}" if last else ""
-        tries = f" after {len(errors)} attempt{'s' if len(errors) != 1 else ''}" if (
-            self.outcome == "failed") else ""
+        tries = (f" after {self.attempts} attempt{'s' if self.attempts != 1 else ''}"
+                 if self.outcome == "failed" and self.attempts else "")
         super().__init__(f"job {job_id} (task {task!r}) {self.outcome}{tries}{said}")
 
 

@@ -38,9 +38,9 @@ Wake = Callable[[], None]
 def outcome(job: Job) -> Any:
     """A finished job's result, or the exception its end means."""
     if job.status == "failed":
-        raise JobFailed(job.id, job.task, job.errors)
+        raise JobFailed(job.id, job.task, job.errors, job.attempts)
     if job.status == "cancelled":
-        raise JobCancelled(job.id, job.task, job.errors)
+        raise JobCancelled(job.id, job.task, job.errors, job.attempts)
     return job.result
 
 

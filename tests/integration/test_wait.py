@@ -83,6 +83,25 @@ def test_a_failure_raises_job_failed_with_its_errors_after_the_last_attempt(app,
     assert "failed after 2 attempts: ValueError: card declined" in str(failed.value)
 
 
+def test_job_failed_counts_the_attempts_the_job_spent_not_its_error_records(app, queue):
+    """A job that only ever snoozed ends failed with one error record (SnoozeLimit) and
+    no attempt spent; a job whose worker died before it started has a record for an
+    attempt given back. The message counts the job's attempts, as `pgbaton show` does."""
+    job_id = queue.enqueue("t")
+    for _ in range(2):
+        queue.snooze(claimed(queue, job_id), pgbaton.Snooze(0), max_snoozes=1)
+    with pytest.raises(pgbaton.JobFailed) as failed:
+        app.wait(job_id, timeout=30)
+    assert [e["type"] for e in failed.value.errors] == ["SnoozeLimit"]
+    assert failed.value.attempts == 0
+    assert str(failed.value).startswith(f"job {job_id} (task 't') failed: SnoozeLimit: ")
+
+    second = queue.enqueue("t", max_attempts=1)
+    queue.fail(claimed(queue, second), ValueError("no"))
+    with pytest.raises(pgbaton.JobFailed, match=r"failed after 1 attempt: ValueError: no"):
+        app.wait(second, timeout=30)
+
+
 async def test_a_cancel_raises_job_cancelled(app, queue):
     job_id = queue.enqueue("t", delay=3600)
     thread = finish_later(queue, job_id, lambda q: q.cancel(job_id))
