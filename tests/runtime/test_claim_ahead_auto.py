@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -324,6 +326,47 @@ def test_a_stopping_worker_hands_back_every_job_it_has_not_started(
     assert _lines(lines_path, "end") == Counter({job: 1 for job in done})
     assert worker.final_stats()["released"] >= 10
     assert len(done) < len(jobs)
+
+
+def test_a_release_at_stop_cut_by_a_passing_error_is_sent_again(
+    start_worker, db, queue, dsn, lines_path
+):
+    """SIGTERM with one job running and three held ahead (`--claim-ahead 3`); the stop's
+    release waits for a row lock and is cancelled there (SQLSTATE 57014), a passing
+    error. The stopping worker sends it again once the lock is gone, so every job goes
+    back to pending, attempts and holds given back, instead of waiting for its lease and
+    the reaper, which would count a hold (and, for the started one, an attempt) for a
+    death that never happened."""
+    jobs = _enqueue(queue, 4, args={"seconds": 30})
+    worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
+                          "3", "--concurrency", "1", "--shutdown-grace", "0.2",
+                          app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")
+               == len(jobs), timeout=30, what="one job running and three held ahead")
+    held = scalar(db, "SELECT min(id) FROM jobs WHERE started_at IS NULL")
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SET search_path TO " + queue.schema)
+        locker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (held,))
+        worker.process.send_signal(signal.SIGTERM)
+        with psycopg.connect(dsn, autocommit=True) as canceller:
+            cancelled = 0
+            for _ in range(400):  # cancel the release once it waits for the lock
+                cancelled = canceller.execute(
+                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))"
+                    " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()").fetchone()[0]
+                if cancelled:
+                    break
+                time.sleep(0.05)
+            assert cancelled == 1
+        locker.rollback()
+    assert worker.stop() == 0
+    assert [tuple(r.values()) for r in db.execute(
+        "SELECT status, attempts, holds, claim_token FROM jobs ORDER BY id")] == [
+        ("pending", 0, 0, None)] * len(jobs)
+    assert worker.final_stats()["released"] == len(jobs)
+    assert re.search(r"release of \d jobs failed \(canceling statement", worker.log())
+    assert "could not release" not in worker.log()
 
 
 def test_jobs_held_past_the_hold_limit_are_handed_back_to_another_worker(

@@ -9,13 +9,8 @@ its slot (it is starting) stays.
 
 It runs under the Supervisor like every other part: an error that is not passing is
 raised for the supervisor to log and count. A passing one (a dropped connection, a
-cancelled statement) is met by sending the release again, with backoff, while the jobs'
-leases last: once handed back here, the jobs are no longer this worker's, and a job
-left to its lease would come back through the reaper with a hold counted, as if its
-worker had died holding it (the holds rule, job_claim_many). The release is fenced by
-each claim's token, so a release sent again after a first one whose answer was lost
-changes nothing (those jobs are counted as not handed back here). Only when the leases
-run out first are the jobs left to the reaper.
+cancelled statement) is met by sending the release again while the jobs' leases last
+(releasing.py): once handed back here, the jobs are no longer this worker's.
 """
 
 from __future__ import annotations
@@ -27,13 +22,9 @@ from collections.abc import Callable
 
 from ..queue_async import AsyncQueue
 from .held import HeldJobs, Running
-from .supervisor import is_transient
+from .releasing import release_through_passing_errors
 
 logger = logging.getLogger("pgbaton.worker")
-
-RETRY_FIRST_SECONDS = 0.05
-RETRY_MAX_SECONDS = 2.0
-
 
 class HandBack:
     def __init__(
@@ -81,7 +72,8 @@ class HandBack:
         # Each handler task ends at once (it waited for a slot) and forgets its claim.
         await asyncio.gather(*(r.handler for r in runnings if r.handler),
                              return_exceptions=True)
-        released = await self._release(runnings)
+        released = await release_through_passing_errors(
+            self._queue, self._held, runnings, what="hand back")
         if released is None:
             return
         handed = sum(released)
@@ -91,27 +83,3 @@ class HandBack:
         for running, ok in zip(runnings, released, strict=True):
             if ok:
                 self._notify("job.released", running)
-
-    async def _release(self, runnings: list[Running]) -> list[bool] | None:
-        """release_many's answer, the statement sent again after a passing error while
-        the latest of the jobs' leases lasts (a job whose lease ran out may be another
-        worker's by then: the fence leaves it alone); None when it never got through."""
-        deadline = max(running.deadline for running in runnings)
-        pause = RETRY_FIRST_SECONDS
-        while True:
-            try:
-                return await self._queue.engine.release_many([r.claim for r in runnings])
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                if self._held.now() + pause >= deadline:
-                    logger.warning(
-                        "could not hand back %d jobs that waited over %g s in this "
-                        "worker (%s) before their leases ran out: the reaper gives their "
-                        "attempts back and counts each a hold", len(runnings),
-                        self.hold_limit, error)
-                    return None
-                logger.warning("handing back %d jobs failed (%s); retrying in %.2f s",
-                               len(runnings), error, pause)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, RETRY_MAX_SECONDS)

@@ -57,6 +57,7 @@ from .held import HeldJobs, Outcome, Running
 from .listener import listen
 from .presence import Presence
 from .producer import Producer
+from .releasing import release_through_passing_errors
 from .sessions import open_when_reachable
 from .starter import Starter
 from .supervisor import Supervisor
@@ -67,6 +68,9 @@ jobs_logger = logging.getLogger("pgbaton.jobs")
 
 SYNC_STOP_GRACE_SECONDS = 2.0
 FORCED_STOP_SECONDS = 1.0
+# How long a stopping worker sends its release again through passing errors before it
+# leaves the jobs to their leases (and exits).
+STOP_RELEASE_SECONDS = 10.0
 
 
 class Worker:
@@ -581,14 +585,21 @@ class Worker:
                            len(runnings))
 
     async def _release(self, runnings: list[Running]) -> None:
+        """Hand back what the stopping worker holds and has not finished; a release cut
+        by a passing error is sent again for up to STOP_RELEASE_SECONDS (releasing.py),
+        FORCED_STOP_SECONDS after a second stop request."""
         try:
             released = await asyncio.wait_for(
-                self.queue.engine.release_many([r.claim for r in runnings]),
+                release_through_passing_errors(
+                    self.queue, self.held, runnings, what="release",
+                    until=self.held.now() + STOP_RELEASE_SECONDS),
                 FORCED_STOP_SECONDS if self._forced.is_set() else None,
             )
         except Exception as error:
             logger.warning("could not release %d jobs (%s): their leases will expire",
                            len(runnings), error)
+            return
+        if released is None:
             return
         self.stats["released"] += sum(released)
         for running, ok in zip(runnings, released, strict=True):
