@@ -1,4 +1,4 @@
-"""The App that worker processes run in the runtime tests.
+"""The App that worker processes run in the tests of the `processes/` folders.
 
 Handlers write what they did into an `effects` table in the test's schema, so tests
 prove behaviour from SQL, not from the worker's own counters.
@@ -229,7 +229,7 @@ async def kills_its_worker(context: pgbaton.JobContext) -> None:
 
 
 # Progress and each job's own log lines (docs/howto/progress-and-logs.md).
-job_log = logging.getLogger("tests.runtime.job_log")
+job_log = logging.getLogger("tests.app_under_test.job_log")
 
 
 @app.task(pass_context=True, max_attempts=2, retry=pgbaton.Backoff(base=0.01, cap=0.01))

@@ -1,4 +1,5 @@
-"""Worker processes for the chaos tests: each is its own OS process with its own Queue.
+"""Worker processes for the hammers (the slow tests in processes/ folders that race OS
+processes): each is its own OS process with its own Queue.
 
 Workers write what they saw into effects tables that the test created in its schema,
 so that the test can check the invariants in SQL once every process has exited.

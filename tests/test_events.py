@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pgbaton.events import EVENTS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
 
 
 def test_the_events_table_names_every_event_and_no_other():

@@ -15,8 +15,9 @@ from starlette.testclient import TestClient
 import pgbaton
 from pgbaton import metrics
 from pgbaton.worker import Worker, WorkerConfig
+from tests.web.conftest import Jobs, _testclient_host, client, jobs
 
-from .conftest import Jobs
+__all__ = ["_testclient_host", "client", "jobs"]  # the dashboard's fixtures, reused
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -149,7 +150,7 @@ def test_the_documented_metrics_are_the_exported_ones(client: TestClient, jobs: 
             name = family.name + ("_total" if family.type == "counter" else "")
             labels = {label for s in family.samples for label in s.labels} - {"le"}
             exported[name] = (family.type, labels)
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "dashboard.md").read_text()
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "dashboard.md").read_text()
     section = doc.split("## Prometheus", 1)[1].split("\n## ", 1)[0]
     documented = {
         name: (kind, {label.strip() for label in re.sub(r"\([^)]*\)", "", labels).split(",")

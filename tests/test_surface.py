@@ -12,7 +12,7 @@ import pytest
 import pgbaton
 from pgbaton import _checks, _sql, models
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_all_lists_every_public_name_sorted():

@@ -35,7 +35,7 @@ from opentelemetry.trace import (  # noqa: E402
 
 from pgbaton import tracing  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 async def test_each_run_is_a_consumer_span(dsn: str, schema: str,
@@ -91,14 +91,14 @@ async def test_each_run_is_a_consumer_span(dsn: str, schema: str,
 
 def _spans_of_worker(dsn: str, schema: str, trace_file: Path,
                      db: psycopg.Connection[DictRow], jobs: int) -> list[dict[str, Any]]:
-    """Run `pgbaton worker tests.web.traced_app:app` in a process of its own until
+    """Run `pgbaton worker tests.traced_app:app` in a process of its own until
     `jobs` jobs are done; the spans it exported, one dict each."""
     env = {**os.environ, "PGBATON_DSN": dsn, "PGBATON_TEST_SCHEMA": schema,
            "PGBATON_TRACE_FILE": str(trace_file), "PYTHONPATH": str(ROOT)}
     log = trace_file.with_suffix(".log")
     with log.open("wb") as output:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "pgbaton", "worker", "tests.web.traced_app:app",
+            [sys.executable, "-m", "pgbaton", "worker", "tests.traced_app:app",
              "--schema", schema], stdout=output, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60

@@ -1,4 +1,5 @@
-"""Fixtures for the runtime tests: real `pgbaton worker` processes on the test schema."""
+"""Real `pgbaton worker` processes on the test schema, for the tests in every
+`processes/` folder and in tests/fleet: tests/conftest.py gives the fixtures to all."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import psycopg
 import pytest
 
 import pgbaton
-from tests.runtime import app_under_test
+from tests import app_under_test
 
-APP_SPEC = "tests.runtime.app_under_test:app"
-ROOT = Path(__file__).resolve().parents[2]
+APP_SPEC = "tests.app_under_test:app"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 import pgbaton
 from pgbaton import _sql
 from tests.helpers import wait_for_lease_to_pass
-from tests.integration.test_rolling_deploy import PreviousRelease, _previous_schema
+from tests.sql.test_rolling_deploy import PreviousRelease, _previous_schema
 
 
 def finish(queue: pgbaton.Queue, task: str, *, ok: bool = True) -> int:

@@ -156,7 +156,7 @@ def test_claim_plan_reads_the_head_of_jobs_claimable(big, limit, queues, tasks):
 def test_claim_plan_of_named_queues_reads_the_head_of_jobs_queue_claimable(big):
     """With queues given, each named queue's head is read from jobs_queue_claimable, in
     claim order, with no table scan and no sort below the merge
-    (tests/integration/test_claim_named_queues.py: also under the generic plan)."""
+    (tests/engine/test_claim_named_queues.py: also under the generic plan)."""
     schema, conn = big
     query = _sql.queries(schema)["job_claim_many"]
     [row] = conn.execute(

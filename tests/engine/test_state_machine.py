@@ -1,7 +1,7 @@
 """A hypothesis state machine: simulated workers drive every job transition against a real
 database, and the whole jobs table is compared with a Python model after every step.
 
-The workers take turns (the multi-process tests in tests/chaos prove the races); what
+The workers take turns (the hammers in the processes/ folders prove the races); what
 this test explores is the order of operations: stale claims used after a reap, a cancel
 or a re-claim, keys blocked by a job waiting for its retry, batches that mix live and
 lost claims. Leases expire by moving lease_until into the past in SQL, so no step sleeps.

@@ -1,13 +1,13 @@
 """The durable-steps chaos, small enough for the fast tier: worker processes SIGKILLed
 at random while jobs of five steps, a sleep and a wait run (no database restart; the
-chaos tier's tests/chaos/test_durable_steps_chaos.py adds one and 1,000 jobs)."""
+slow tier's processes/test_durable_steps_chaos.py, beside, adds one and 1,000 jobs)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chaos import steps_app
-from tests.chaos.test_durable_steps_chaos import assert_invariants
+from tests.steps.processes import steps_app
+from tests.steps.processes.test_durable_steps_chaos import assert_invariants
 
 JOBS = 30
 

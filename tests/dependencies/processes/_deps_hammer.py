@@ -1,4 +1,4 @@
-"""Worker processes for the dependency and batch hammers (tests/chaos/test_flow_deps.py).
+"""Worker processes for the dependency and batch hammers (test_flow_deps.py, beside).
 
 Each process claims, "works" a few milliseconds, and completes or fails each job as its
 args say, recording in the effects table when each handler began and ended by the
@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 import pgbaton
-from tests.chaos._hammer import _racing
+from tests.hammer import _racing
 
 UNFINISHED = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'waiting', 'running')"
 

@@ -9,8 +9,8 @@ import random
 import pytest
 
 import pgbaton
-from tests.chaos._deps_hammer import enqueue_graph, work_until_nothing_is_left
-from tests.chaos._hammer import run_workers
+from tests.dependencies.processes._deps_hammer import enqueue_graph, work_until_nothing_is_left
+from tests.hammer import run_workers
 
 WORKERS = 4
 BATCHES = 1000

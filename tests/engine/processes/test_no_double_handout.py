@@ -8,7 +8,7 @@ import random
 import pytest
 
 import pgbaton
-from tests.chaos._hammer import claim_until_empty, run_workers
+from tests.hammer import claim_until_empty, run_workers
 
 JOBS = 20_000
 WORKERS = 8

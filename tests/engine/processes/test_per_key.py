@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 import pgbaton
-from tests.chaos._hammer import keyed_jobs_under_an_operator, run_workers, work_keyed_jobs
+from tests.hammer import keyed_jobs_under_an_operator, run_workers, work_keyed_jobs
 
 KEYS = 300
 JOBS_PER_KEY = 5

@@ -12,7 +12,7 @@ import pytest
 
 import pgbaton
 from pgbaton.testing import WorkerThread
-from tests.runtime.conftest import scalar, wait_until
+from tests.worker_processes import scalar, wait_until
 
 DAY = 86400.0
 

@@ -18,7 +18,7 @@ from psycopg.rows import DictRow
 
 from tests.integrations.conftest import start_worker, stop_worker, wait_until
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def test_the_plain_script_enqueues_in_its_transaction_and_works_the_job(

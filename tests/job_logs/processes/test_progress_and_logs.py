@@ -5,8 +5,8 @@ end, and --no-job-logs keeps nothing. Checked in SQL."""
 
 from __future__ import annotations
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 JOBS_PER_KIND = 30
 LINES = 8

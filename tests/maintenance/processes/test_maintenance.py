@@ -9,8 +9,8 @@ import pgbaton
 from pgbaton.app import Periodic
 from pgbaton.maintenance import Scheduler
 from pgbaton.schedules import code_definitions
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import WorkerProcess, scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import WorkerProcess, scalar, wait_until
 
 LEADER_LINE = "now the maintenance leader"
 # Short leases so that a tick job held by a killed worker is reaped within the test.

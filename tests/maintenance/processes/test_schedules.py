@@ -119,8 +119,8 @@ def test_a_runtime_schedule_fires_once_per_tick_in_a_fleet_and_follows_changes(
     for the lead. A schedule added at run time fires once per tick throughout (counted
     per tick in SQL), a change of its args holds without a restart, and once paused it
     enqueues nothing while another schedule beside it goes on."""
-    from tests.runtime.conftest import wait_until
-    from tests.runtime.test_maintenance import leaders
+    from tests.maintenance.processes.test_maintenance import leaders
+    from tests.worker_processes import wait_until
 
     workers = [start_worker(*FLEET_OPTIONS) for _ in range(3)]
     queue.add_schedule("fleet", "* * * * * *", "work", {"seconds": 0}, new=True)

@@ -19,7 +19,7 @@ import pgbaton
 from pgbaton.errors import ConfigurationError, InvalidArgument
 from pgbaton.maintenance import Leader, Vacuumer
 from pgbaton.testing import WorkerThread
-from tests.runtime.conftest import scalar, wait_until
+from tests.worker_processes import scalar, wait_until
 
 VACUUMS = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass"
 DEAD = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass"

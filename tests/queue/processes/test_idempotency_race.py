@@ -8,8 +8,8 @@ import random
 import pytest
 
 import pgbaton
-from tests.chaos._hammer import RACED_KEYS as KEYS
-from tests.chaos._hammer import enqueue_keys_once, run_workers
+from tests.hammer import RACED_KEYS as KEYS
+from tests.hammer import enqueue_keys_once, run_workers
 
 PROCESSES = 4
 

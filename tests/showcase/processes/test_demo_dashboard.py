@@ -14,9 +14,8 @@ import urllib.request
 import psycopg
 
 from tests.helpers import OutputLines
-
-from .test_command import ROOT, environment
-from .test_metrics import free_port
+from tests.test_metrics import free_port
+from tests.web.test_command import ROOT, environment
 
 
 def _sessions(dsn: str) -> list[tuple[object, ...]]:

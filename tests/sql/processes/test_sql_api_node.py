@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.conftest import scalar, wait_until
+from tests.worker_processes import scalar, wait_until
 
 NODE = Path(__file__).resolve().parent / "node"
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def node_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/runtime/node installed from the npm registry into a folder of its own."""
+    """tests/sql/processes/node installed from the npm registry into a folder of its own."""
     folder = tmp_path_factory.mktemp("node")
     for name in ("package.json", "enqueue.mjs"):
         shutil.copy(NODE / name, folder / name)

@@ -28,8 +28,8 @@ import pgbaton
 
 SCHEMA = os.environ.get("PGBATON_TEST_SCHEMA", "pgbaton")
 app = pgbaton.App(schema=SCHEMA)
-ROOT = Path(__file__).resolve().parents[2]
-APP_SPEC = "tests.chaos.steps_app:app"
+ROOT = Path(__file__).resolve().parents[3]
+APP_SPEC = "tests.steps.processes.steps_app:app"
 STEPS = 5
 SLEEP_SECONDS = 0.3
 

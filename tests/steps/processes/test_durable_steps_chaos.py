@@ -1,6 +1,6 @@
 """Durable steps under chaos: jobs of five steps, a sleep and (half of them) a wait
 for an event, on worker processes SIGKILLed at random, the database restarted once;
-every invariant counted in SQL (tests/chaos/steps_app.py).
+every invariant counted in SQL (tests/steps/processes/steps_app.py).
 
 STEPS_CHAOS_JOBS scales the run (default 1,000). The test
 starts a private embedded server, because it restarts it.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pgbaton import embedded
-from tests.chaos import steps_app
+from tests.steps.processes import steps_app
 
 # 1,000 jobs took 44 s on this project's 2-core machine (13 kills, one restart), and
 # up to 5 min 20 s while other test runs shared it.
@@ -26,7 +26,8 @@ SCHEMA = "steps_chaos"
 
 
 class Server:
-    """A private embedded server the test may stop and start (tests/runtime/test_outage)."""
+    """A private embedded server the test may stop and start (as in
+    tests/worker/processes/test_outage.py)."""
 
     def __init__(self, folder: Path) -> None:
         self.handle = embedded.start(folder, delete_on_exit=True)

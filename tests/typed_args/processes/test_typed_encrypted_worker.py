@@ -18,19 +18,19 @@ import pytest
 
 import pgbaton
 from pgbaton import encryption
-from tests.runtime.conftest import ROOT, WorkerProcess, scalar, wait_until
+from tests.worker_processes import ROOT, WorkerProcess, scalar, wait_until
 
 pytest.importorskip("pydantic")
 pytest.importorskip("cryptography")
 
-APP_SPEC = "tests.runtime.typed_app:app"
+APP_SPEC = "tests.typed_args.processes.typed_app:app"
 KEY, OTHER = encryption.new_key(), encryption.new_key()
 SECRET = "s3cret-4111-1111"
 
 
 @pytest.fixture
 def typed_app(dsn: str, schema: str, queue: pgbaton.Queue, monkeypatch) -> pgbaton.App:
-    from tests.runtime import typed_app
+    from tests.typed_args.processes import typed_app
 
     monkeypatch.setenv(encryption.KEYS_VARIABLE, KEY)
     typed_app.app.configure(dsn=dsn, schema=schema)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pgbaton
-from tests.runtime import app_under_test
+from tests import app_under_test
 
 
 def test_defer_and_wait_returns_what_the_worker_returned(start_worker):

@@ -4,7 +4,7 @@ Nothing downloads a browser: the binary and its driver are /usr/bin/chromium and
 /usr/bin/chromedriver (`apt-get install chromium chromium-driver`), given to Selenium
 explicitly, with Selenium Manager told to stay offline. Without them the tests skip.
 With PGBATON_SCREENSHOTS=DIR a screenshot of each page is written there (the docs' come
-from `PGBATON_SCREENSHOTS=docs/images pytest tests/web/test_browser.py`).
+from `PGBATON_SCREENSHOTS=docs/images pytest tests/web/browser/test_browser.py`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from psycopg.rows import DictRow
 
 import pgbaton
 from pgbaton.web import create_app
-
-from .conftest import HOSTILE, Jobs
-from .test_metrics import free_port
-from .test_store import finish
+from tests.test_metrics import free_port
+from tests.web.conftest import HOSTILE, Jobs
+from tests.web.test_store import finish
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -13,8 +13,8 @@ import pytest
 
 import pgbaton
 from pgbaton import _sql
-from tests.runtime import app_under_test
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test
+from tests.worker_processes import scalar, wait_until
 
 
 def _held(db) -> int:

@@ -27,9 +27,9 @@ import pgbaton
 from pgbaton.worker import executor
 from pgbaton.worker.hand_back import HandBack
 from pgbaton.worker.held import HeldJobs, Running
-from tests.runtime.conftest import WorkerProcess, scalar, wait_until
+from tests.worker_processes import WorkerProcess, scalar, wait_until
 
-AHEAD_SPEC = "tests.runtime.test_claim_ahead_auto:app"
+AHEAD_SPEC = "tests.worker.processes.test_claim_ahead_auto:app"
 SCHEMA = os.environ.get("PGBATON_TEST_SCHEMA", "pgbaton")
 app = pgbaton.App(schema=SCHEMA)
 # Where handlers append their lines, and the exit status of a worker its poison killed.

@@ -10,8 +10,8 @@ import os
 import signal
 import time
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 
 def effects(db, job_id: int, what: str) -> list[tuple[int, int]]:

@@ -37,7 +37,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import _sql
-from tests.runtime.conftest import WorkerProcess, scalar, wait_until
+from tests.worker_processes import WorkerProcess, scalar, wait_until
 
 pytestmark = pytest.mark.slow
 

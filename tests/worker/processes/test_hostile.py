@@ -10,8 +10,8 @@ import time
 
 import psycopg
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 
 def job(db, job_id: int):

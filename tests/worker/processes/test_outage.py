@@ -20,8 +20,8 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import embedded
-from tests.runtime import app_under_test
-from tests.runtime.conftest import APP_SPEC, ROOT, WorkerProcess, scalar, wait_until
+from tests import app_under_test
+from tests.worker_processes import APP_SPEC, ROOT, WorkerProcess, scalar, wait_until
 
 SCHEMA = "outage"
 JOBS = 300

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 import pgbaton
-from tests.chaos import _outcomes_app as hammer_app
+from tests.worker.processes import _outcomes_app as hammer_app
 
-ROOT = Path(__file__).resolve().parents[2]
-APP_SPEC = "tests.chaos._outcomes_app:app"
+ROOT = Path(__file__).resolve().parents[3]
+APP_SPEC = "tests.worker.processes._outcomes_app:app"
 FINALS = ("done", "cancel", "discard", "fail", "not_retried", "limit")
 JOBS_PER_FINAL = 40
 WORKERS = 3

@@ -7,8 +7,8 @@ table, and the overlaps are looked for in SQL."""
 
 from __future__ import annotations
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 KEYS = 2
 JOBS_PER_KEY = 5

@@ -23,9 +23,9 @@ import psycopg
 import pytest
 
 import pgbaton
-from tests.runtime.conftest import ROOT, WorkerProcess, scalar, wait_until
+from tests.worker_processes import ROOT, WorkerProcess, scalar, wait_until
 
-PROBE_SPEC = "tests.runtime.test_probe_claim_ahead:app"
+PROBE_SPEC = "tests.worker.processes.test_probe_claim_ahead:app"
 SCHEMA = os.environ.get("PGBATON_TEST_SCHEMA", "pgbaton")
 app = pgbaton.App(schema=SCHEMA)
 

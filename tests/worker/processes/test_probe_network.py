@@ -13,8 +13,8 @@ import threading
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.runtime.conftest import scalar, wait_until
-from tests.runtime.test_probe_claim_ahead import _effects, run_worker  # noqa: F401
+from tests.worker.processes.test_probe_claim_ahead import _effects, run_worker  # noqa: F401
+from tests.worker_processes import scalar, wait_until
 
 
 class FreezingProxy:

@@ -6,8 +6,8 @@ SQL, say whether two handlers of one key overlapped."""
 
 from __future__ import annotations
 
-from tests.runtime.conftest import scalar, wait_until
-from tests.runtime.test_probe_claim_ahead import run_worker  # noqa: F401  (fixture)
+from tests.worker.processes.test_probe_claim_ahead import run_worker  # noqa: F401  (fixture)
+from tests.worker_processes import scalar, wait_until
 
 OVERLAPS = """
     WITH spans AS (

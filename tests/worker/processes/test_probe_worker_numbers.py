@@ -14,7 +14,7 @@ import pytest
 
 import pgbaton
 from pgbaton.limits import INT4_MAX
-from tests.runtime.conftest import APP_SPEC, ROOT
+from tests.worker_processes import APP_SPEC, ROOT
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 
 def test_worker_runs_jobs_and_stops_cleanly(start_worker, db, app_schema):

@@ -12,9 +12,9 @@ import psycopg
 import psycopg.conninfo
 import pytest
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
-from tests.runtime.test_hostile import overlapping_attempts
+from tests import app_under_test as tasks
+from tests.worker.processes.test_hostile import overlapping_attempts
+from tests.worker_processes import scalar, wait_until
 
 HOSTILE = {
     "returns_a_set": [{"kind": "set"}, {"kind": "object"}],

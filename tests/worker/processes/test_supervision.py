@@ -17,10 +17,10 @@ import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 from pgbaton.worker.processes import hand_settings
 from pgbaton.worker.supervisor import Supervisor
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
-from tests.runtime.proxy import PausableProxy
-from tests.runtime.test_hostile import overlapping_attempts
+from tests import app_under_test as tasks
+from tests.proxy import PausableProxy
+from tests.worker.processes.test_hostile import overlapping_attempts
+from tests.worker_processes import scalar, wait_until
 
 
 async def test_a_part_that_keeps_failing_is_given_up():

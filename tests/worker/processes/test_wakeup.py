@@ -7,8 +7,8 @@ import asyncio
 import psycopg
 
 import pgbaton
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 # Far longer than any test: a job that starts before it was enqueued by the poll timer
 # can only have been started by a wake-up.

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from tests.runtime import app_under_test as tasks
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test as tasks
+from tests.worker_processes import scalar, wait_until
 
 parser = pytest.importorskip("prometheus_client.parser", reason="needs pgbaton[web]")
 
