@@ -8,11 +8,11 @@ variant: four REPEATABLE READ sessions scanning the jobs table in a loop). Every
 case reads, from the jobs table's own timestamps, how many jobs finished in the last
 5 s, how many were offered, and how long the ones started in them waited for their
 claim (started_at - created_at). The issue's target, judged here as
-tests/runtime/test_held_xmin.py judges it: during the hold every 5 s window finishes at
+tests/worker/processes/test_held_xmin.py judges it: during the hold every 5 s window finishes at
 least 90% of what was offered in it, and no two windows in a row have a wait p99 of
 1 s or more (one window past it happens without any hold: a checkpoint, a busy core).
 
-The SQL is shared with the test (tests/runtime/test_held_xmin.py imports it); it
+The SQL is shared with the test (tests/worker/processes/test_held_xmin.py imports it); it
 reads any jobs table with pgbaton's columns, schema-qualified.
 """
 

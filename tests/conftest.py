@@ -26,51 +26,66 @@ from psycopg.rows import DictRow, dict_row
 
 import pgbaton
 from pgbaton import embedded
+from tests.worker_processes import app_schema, start_worker
 
-# The tiers (CONTRIBUTING.md, "Set up"). A test's marks come from where it
-# lives, so that a new file in a folder lands in its tier without anyone remembering to
-# mark it; the longest matching prefix (a file before its folder) wins. `make test` runs
-# the tests with none of these marks, in parallel; `make test-all` runs them all. Both
-# use --dist loadgroup: the tests marked serial are one xdist group, run one after
-# another on one worker (network namespaces, PostgreSQL clusters of their own, timing
-# probes), and the tests of a module with a module-scoped fixture are a group each.
+# The fixtures of the tests that start `pgbaton worker` processes, in every folder.
+__all__ = ["app_schema", "start_worker"]
+
+# The tiers (CONTRIBUTING.md, "Set up" and "The tests' layout"). A test's marks come
+# from where it lives, so that a new file in a folder lands in its tier without anyone
+# remembering to mark it; the longest matching prefix (a file before its folder) wins.
+# A test that starts processes of its own (workers, the CLI, hammers) lives in the
+# processes/ folder of its feature (FOLDER_TIERS); the rarer marks are given file by
+# file here. `make test` runs the tests with none of these marks, in parallel;
+# `make test-all` runs them all. Both use --dist loadgroup: the tests marked serial are
+# one xdist group, run one after another on one worker (network namespaces, PostgreSQL
+# clusters of their own, timing probes), and the tests of a module with a module-scoped
+# fixture are a group each.
 TIERS: dict[str, tuple[str, ...]] = {
-    "chaos/": ("processes", "slow"),
-    "runtime/": ("processes",),
-    "runtime/test_probe_claim_ahead.py": ("processes", "serial"),
-    "runtime/test_claim_ahead_auto.py": ("processes", "serial"),
-    "runtime/test_probe_network.py": ("processes", "serial"),
-    "runtime/test_probe_overrun.py": ("processes", "serial"),
-    "runtime/test_probe_worker_numbers.py": ("processes", "serial"),
-    "runtime/test_soak.py": ("processes", "slow", "serial"),
+    # The hammers: racing processes, counted in SQL once every one has exited.
+    "dependencies/processes/test_flow_deps.py": ("slow",),
+    "engine/processes/test_no_double_handout.py": ("slow",),
+    "engine/processes/test_per_key.py": ("slow",),
+    "queue/processes/test_idempotency_race.py": ("slow",),
+    "steps/processes/test_durable_steps_chaos.py": ("slow",),
+    "unique/processes/test_unique_race.py": ("slow",),
+    "worker/processes/test_outcomes_hammer.py": ("slow",),
+    "worker/processes/test_probe_claim_ahead.py": ("serial",),
+    "worker/processes/test_claim_ahead_auto.py": ("serial",),
+    "worker/processes/test_probe_network.py": ("serial",),
+    "worker/processes/test_probe_overrun.py": ("serial",),
+    "worker/processes/test_probe_worker_numbers.py": ("serial",),
+    "worker/processes/test_soak.py": ("slow", "serial"),
     # A held xmin stops every VACUUM on the server from removing dead rows: the tests
     # that hold one, and those that count dead rows or read a plan that they sway, must
     # never overlap (test_vacuum timed out waiting for no dead rows beside them under -n 2).
-    "runtime/test_held_xmin.py": ("processes", "slow", "serial"),
-    "runtime/test_vacuum.py": ("processes", "serial"),
-    "runtime/test_history.py": ("processes", "serial"),
-    "cli/test_doctor.py": ("serial",),
+    "worker/processes/test_held_xmin.py": ("slow", "serial"),
+    "maintenance/processes/test_vacuum.py": ("serial",),
+    "history/processes/test_history.py": ("serial",),
+    "doctor/test_doctor.py": ("serial",),
     "fleet/": ("slow",),
     "fleet/test_netns_fleet.py": ("fleet", "slow", "serial"),
     "fleet/test_chaos_fleet.py": ("fleet", "slow", "serial"),
     "fleet/test_failover.py": ("failover", "slow"),
     "fleet/test_crash_durability.py": ("failover", "slow"),
     "fleet/test_pgbouncer.py": ("pgbouncer",),
-    "web/test_browser.py": ("browser",),
-    "web/test_demo_dashboard.py": ("processes",),
-    "cli/test_worker_start.py": ("processes",),
-    "integrations/test_examples.py": ("processes",),
 }
+# A folder with one of these names gives its mark to every test under it, whatever
+# TIERS says: tests/worker/processes/, tests/web/browser/.
+FOLDER_TIERS = ("processes", "browser")
 TIER_MARKS = ("processes", "fleet", "failover", "pgbouncer", "browser", "slow", "serial")
 
 
 def tier_of(relative: str) -> tuple[str, ...]:
-    """The marks of a test file from its path under tests/ (posix, e.g. "runtime/x.py")."""
+    """The marks of a test file from its path under tests/ (posix, e.g.
+    "worker/processes/test_smoke.py")."""
     best = ""
     for prefix in TIERS:
         if relative.startswith(prefix) and len(prefix) > len(best):
             best = prefix
-    return TIERS.get(best, ())
+    folders = relative.split("/")[:-1]
+    marks = TIERS.get(best, ())
+    return marks + tuple(mark for mark in FOLDER_TIERS if mark in folders and mark not in marks)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups into node ids

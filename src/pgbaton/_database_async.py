@@ -323,7 +323,7 @@ class AsyncDatabase:
         if not self.prepare:
             return {"prepare_threshold": None}
         # Every statement here has one good plan whatever its values
-        # (tests/integration/test_claim_index.py checks the claim's), so plan each once
+        # (tests/engine/test_claim_index.py checks the claim's), so plan each once
         # per connection instead of at every call.
         return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
 

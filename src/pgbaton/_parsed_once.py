@@ -13,7 +13,7 @@ statement they are given as a `str`, keyed by that text and the connection's enc
 and hand it back at the next call: the same query bytes, parameter formats and order,
 only not worked out again. psycopg's `PostgresQuery` has no public hook for this; the four
 attributes kept here are what its `convert()` sets and its `dump()` reads, in psycopg 3.2
-and 3.3. tests/unit/test_parsed_once.py compares every statement's conversion with
+and 3.3. tests/test_parsed_once.py compares every statement's conversion with
 psycopg's own, so a psycopg that changes them fails there, not in a worker; and should
 one of them be missing at run time, the query falls back to psycopg's parse at every
 call, as before.

@@ -2,7 +2,7 @@
 them with their reasons). The checks in _checks.py, _encoding.py and _sql.py read them from here; a
 value past a limit is refused with a one-line InvalidArgument before anything is written.
 The SQL API's checks (job_enqueue_check in sql/schema.sql) repeat the enqueue limits as
-literals; tests/integration/test_sql_api.py passes each at and past its value here.
+literals; tests/sql/test_sql_api.py passes each at and past its value here.
 """
 
 from __future__ import annotations

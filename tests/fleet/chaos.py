@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from tests.fleet import netns, servers
-from tests.runtime.conftest import ROOT, WorkerProcess
+from tests.worker_processes import ROOT, WorkerProcess
 
 APP_SPEC = "tests.fleet.chaos_app:app"
 LEASE = 3.0

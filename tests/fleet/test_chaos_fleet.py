@@ -22,7 +22,7 @@ import pytest
 
 import pgbaton
 from tests.fleet import chaos, chaos_app, netns, servers
-from tests.runtime.conftest import WorkerProcess, wait_until
+from tests.worker_processes import WorkerProcess, wait_until
 
 WHY_NOT = netns.unavailable() or (
     None if servers.binaries() is not None

@@ -12,9 +12,6 @@ import pytest
 
 from tests.fleet import servers
 from tests.fleet.failover import FailoverReport, run_failover
-from tests.runtime.conftest import app_schema, start_worker
-
-__all__ = ["app_schema", "start_worker"]  # fixtures of the runtime tests, reused
 
 pytestmark = pytest.mark.skipif(
     servers.binaries() is None,

@@ -23,9 +23,7 @@ from psycopg.rows import dict_row
 import pgbaton
 from tests.fleet import netns, servers
 from tests.fleet.failover import DUPLICATES_SQL, wait_until
-from tests.runtime.conftest import APP_SPEC, ROOT, WorkerProcess, app_schema
-
-__all__ = ["app_schema"]  # the runtime tests' fixture, reused
+from tests.worker_processes import APP_SPEC, ROOT, WorkerProcess
 
 WHY_NOT = netns.unavailable() or (
     None if servers.binaries() is not None

@@ -23,9 +23,7 @@ from pgbaton.pooling import transaction_pool_evidence
 from pgbaton.worker import WorkerConfig
 from pgbaton.worker.sessions import plan_sessions
 from tests.fleet import pgbouncer
-from tests.runtime.conftest import ROOT, WorkerProcess, app_schema, start_worker, wait_until
-
-__all__ = ["app_schema", "start_worker"]  # fixtures of the runtime tests, reused
+from tests.worker_processes import ROOT, WorkerProcess, wait_until
 
 WHY_NOT = pgbouncer.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no PgBouncer: {WHY_NOT}")
@@ -323,7 +321,7 @@ def test_a_pooled_worker_refuses_to_lead_without_a_direct_session(
     with pytest.raises(ConfigurationError, match="must reach PostgreSQL directly"):
         plan_sessions(WorkerConfig(listen_dsn=bouncer.dsn), bouncer.dsn)
     done = subprocess.run(
-        [sys.executable, "-m", "pgbaton", "worker", "tests.runtime.app_under_test:app",
+        [sys.executable, "-m", "pgbaton", "worker", "tests.app_under_test:app",
          "--dsn", bouncer.dsn, "--schema", app_schema, "--processes", "2"],
         capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
         env={"PYTHONPATH": str(ROOT), "PGBATON_TEST_SCHEMA": app_schema, "PATH": "/usr/bin"},
@@ -427,7 +425,7 @@ def test_an_unreachable_listen_dsn_is_one_line_naming_it(app_schema: str, server
     """A listen DSN nobody answers: after --connect-timeout, one line that says it was
     the listen DSN, without its password, and exit 1."""
     done = subprocess.run(
-        [sys.executable, "-m", "pgbaton", "worker", "tests.runtime.app_under_test:app",
+        [sys.executable, "-m", "pgbaton", "worker", "tests.app_under_test:app",
          "--dsn", server_dsn, "--schema", app_schema, "--connect-timeout", "0",
          "--listen-dsn", "postgresql://postgres:hunter2@127.0.0.1:1/test"],
         capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,

@@ -7,7 +7,7 @@ import pytest
 
 import pgbaton
 from pgbaton import _sql
-from tests.integration.test_claim_index import _assert_served_by_jobs_claimable
+from tests.engine.test_claim_index import _assert_served_by_jobs_claimable
 
 
 def _priorities(db) -> dict[str, list[int]]:
@@ -81,7 +81,7 @@ def test_the_workers_leader_ages_jobs_pass_by_pass_up_to_the_cap(
 ):
     """A running worker's maintenance leader applies a queue's aging every `every`: a job
     due for long climbs step by step to the cap and stays there."""
-    from tests.runtime.conftest import wait_until
+    from tests.worker_processes import wait_until
 
     db.execute("INSERT INTO jobs (queue, task, run_at) VALUES"
                " ('reports', 'work', now() - interval '1 hour')")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import psycopg
 
 import pgbaton
-from tests.runtime import app_under_test
-from tests.runtime.conftest import scalar, wait_until
+from tests import app_under_test
+from tests.worker_processes import scalar, wait_until
 
 DRAIN_TIMEOUT_SECONDS = 120.0
 

@@ -16,8 +16,7 @@ from psycopg.rows import DictRow
 
 import pgbaton
 from pgbaton import _sql
-
-from .test_metrics import free_port
+from tests.test_metrics import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTH_VARIABLES = ("PGBATON_DASHBOARD_TOKEN", "PGBATON_DASHBOARD_USER",

@@ -19,9 +19,9 @@ from starlette.testclient import TestClient
 
 import pgbaton
 from pgbaton.web import create_app
+from tests.test_metrics import free_port
 
 from .conftest import token_in
-from .test_metrics import free_port
 
 WAIT = 20.0
 TOKEN = "a-token-of-32-characters-and-up!"

@@ -14,8 +14,7 @@ import pytest
 from psycopg.rows import DictRow
 
 import pgbaton
-
-from .test_metrics import free_port
+from tests.test_metrics import free_port
 
 WAIT = 20.0
 

@@ -10,8 +10,7 @@ from starlette.testclient import TestClient
 
 import pgbaton
 from pgbaton.models import STATES
-
-from .test_metrics import samples
+from tests.test_metrics import samples
 
 HTML = {"Accept": "text/html"}
 

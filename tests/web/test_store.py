@@ -64,7 +64,7 @@ async def test_a_store_opened_while_the_database_is_away_recovers_when_it_return
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from pgbaton.web import store as store_module
-    from tests.runtime.proxy import PausableProxy
+    from tests.proxy import PausableProxy
 
     monkeypatch.setattr(store_module, "CONNECTION_WAIT_SECONDS", 1.0)
     with socket.socket() as probe:

@@ -847,7 +847,7 @@ RETURNING id;
 -- A pgbaton.JobFilter over the jobs aliased j, written once: the loader (_sql.py) puts
 -- it in place of __job_filter__ in every statement that filters (job_list,
 -- job_count_matching, the *_matching actions, dashboard_job_page), so they all mean the same jobs by the
--- same filter (tests/integration/test_job_filter.py). A NULL parameter means "any". `since`
+-- same filter (tests/test_job_filter.py). A NULL parameter means "any". `since`
 -- and `until` bound the time the job finished, or, for one not finished, the time it
 -- was created; `text` is a case-insensitive substring of its args or its errors.
 -- `ids` is a selection (the dashboard's checked rows).
