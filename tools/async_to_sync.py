@@ -89,6 +89,16 @@ RENAMES = {
     "AsyncDatabase": "Database",
     "AsyncEngine": "Engine",
     "AsyncQueue": "Queue",
+    # the parts of the queue (_queue/)
+    "AsyncChores": "Chores",
+    "AsyncEnqueueing": "Enqueueing",
+    "AsyncFlowSettings": "FlowSettings",
+    "AsyncJobWrites": "JobWrites",
+    "AsyncOperatorActions": "OperatorActions",
+    "AsyncQueueCore": "QueueCore",
+    "AsyncReads": "Reads",
+    "AsyncScheduling": "Scheduling",
+    "AsyncWorkerProtocol": "WorkerProtocol",
 }
 
 # Modules renamed in `import` statements only.
@@ -99,7 +109,18 @@ STRINGS = {"(async source)": "(generated sync twin)"}
 
 # source file (its path in src/pgbaton) -> what it generates, beside it
 TWINS = {
-    "queue_async.py": Twin("queue.py", renames={"asyncio.sleep": "time.sleep"}),
+    "queue_async.py": Twin("queue.py"),
+    "_queue/core_async.py": Twin("core.py"),
+    "_queue/job_writes_async.py": Twin(
+        "job_writes.py", renames={"asyncio.sleep": "time.sleep"}
+    ),
+    "_queue/enqueueing_async.py": Twin("enqueueing.py"),
+    "_queue/worker_protocol_async.py": Twin("worker_protocol.py"),
+    "_queue/chores_async.py": Twin("chores.py"),
+    "_queue/reads_async.py": Twin("reads.py"),
+    "_queue/operator_actions_async.py": Twin("operator_actions.py"),
+    "_queue/flow_settings_async.py": Twin("flow_settings.py"),
+    "_queue/scheduling_async.py": Twin("scheduling.py"),
     "engine_async.py": Twin("engine.py"),
     "_database_async.py": Twin(
         "_database.py",
@@ -110,7 +131,7 @@ TWINS = {
 }
 
 # Each module of TWINS is named as its twin wherever the code names it (imports):
-# `from .engine_async import AsyncEngine` -> `from .engine import Engine`.
+# `from ._queue.reads_async import AsyncReads` -> `from ._queue.reads import Reads`.
 RENAMES |= {Path(source).stem: Path(twin.target).stem for source, twin in TWINS.items()}
 
 SKIP = "# sync: skip"

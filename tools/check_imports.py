@@ -27,11 +27,12 @@ import grimp
 # Empty: the package has no import circle. An entry here needs a reason beside it.
 ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset()
 
-# The data plane's layers of pgbaton, from the top: the face users call, the engine the
-# worker and the leader call, the pool and statements both run on, and what builds
-# their parameters and reads their rows without I/O.
+# The data plane's layers of pgbaton, from the top: the face users call (the queue, and
+# the parts in _queue/ it is made of), the engine the worker and the leader call, the
+# pool and statements both run on, and what builds their parameters and reads their
+# rows without I/O.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pgbaton.queue_async", "pgbaton.queue"),
+    ("pgbaton.queue_async", "pgbaton.queue", "pgbaton._queue"),
     ("pgbaton.engine_async", "pgbaton.engine"),
     ("pgbaton._database_async", "pgbaton._database"),
     ("pgbaton._engine_base", "pgbaton._queue_base"),
