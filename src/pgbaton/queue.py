@@ -31,14 +31,16 @@ from .events import Events
 from .integrations.connections import CallerConnection
 
 
+# The API reference lists the members of the parts from the last base to the first: the
+# enqueue family first, the schedules last. Scheduling is built on the enqueue family.
 class Queue(
-    Scheduling,  # built on the enqueueing part, so listed before it
-    Enqueueing,
-    Reads,
-    OperatorActions,
+    Scheduling,
     FlowSettings,
+    OperatorActions,
+    Reads,
     Chores,
     WorkerProtocol,
+    Enqueueing,
 ):
     """A handle on one pgbaton schema in one database.
 

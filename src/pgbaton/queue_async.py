@@ -29,14 +29,16 @@ from .events import Events
 from .integrations.connections import AsyncCallerConnection
 
 
+# The API reference lists the members of the parts from the last base to the first: the
+# enqueue family first, the schedules last. Scheduling is built on the enqueue family.
 class AsyncQueue(
-    AsyncScheduling,  # built on the enqueueing part, so listed before it
-    AsyncEnqueueing,
-    AsyncReads,
-    AsyncOperatorActions,
+    AsyncScheduling,
     AsyncFlowSettings,
+    AsyncOperatorActions,
+    AsyncReads,
     AsyncChores,
     AsyncWorkerProtocol,
+    AsyncEnqueueing,
 ):
     """A handle on one pgbaton schema in one database.
 
