@@ -10,11 +10,12 @@ changes only what must change. In code, and only in code:
 - `await x` becomes `x`; `async def`, `async with` (any number of items), `async for` and
   async comprehensions become their plain forms;
 - names are renamed where they are names: identifiers, attributes, import names and
-  modules (`RENAMES`, plus the module's own `Twin.renames`); a dotted key
-  (`asyncio.sleep`) renames that whole attribute chain; `IMPORTS` renames a module in
-  `import` statements only (`import asyncio` -> `import threading`); a renamed import goes
-  back to its place in ruff's order, among the plain `import` lines beside it or among the
-  names of its `from ... import`;
+  modules (`RENAMES`, where each module of `TWINS` is named as its twin, plus the
+  module's own `Twin.renames`); a dotted key (`asyncio.sleep`) renames that whole
+  attribute chain; `IMPORTS` renames a module in `import` statements only (`import
+  asyncio` -> `import threading`); a renamed import goes back to its place in ruff's
+  order, among the plain `import` lines beside it or among the names of its `from ...
+  import`;
 - a continuation line aligned under a bracket stays aligned under it when a dropped
   `await`/`async` or a rename moves the bracket.
 
@@ -73,8 +74,9 @@ class Twin:
     strings: Mapping[str, str] = field(default_factory=dict)
 
 
-# Names renamed in every module: psycopg's, the standard library's and pgbaton's async names, and
-# pgbaton's async modules. A dotted key renames that attribute chain as a whole.
+# Names renamed in every module: psycopg's and the standard library's async names, and
+# pgbaton's async classes (each module of TWINS is renamed as its twin, below). A dotted
+# key renames that attribute chain as a whole.
 RENAMES = {
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
@@ -84,13 +86,20 @@ RENAMES = {
     "asynccontextmanager": "contextmanager",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
-    "_database_async": "_database",
-    "engine_async": "engine",
-    "queue_async": "queue",
     "AsyncCallerConnection": "CallerConnection",
     "AsyncDatabase": "Database",
     "AsyncEngine": "Engine",
     "AsyncQueue": "Queue",
+    # the parts of the queue (_queue/)
+    "AsyncChores": "Chores",
+    "AsyncEnqueueing": "Enqueueing",
+    "AsyncFlowSettings": "FlowSettings",
+    "AsyncJobWrites": "JobWrites",
+    "AsyncOperatorActions": "OperatorActions",
+    "AsyncQueueCore": "QueueCore",
+    "AsyncReads": "Reads",
+    "AsyncScheduling": "Scheduling",
+    "AsyncWorkerProtocol": "WorkerProtocol",
 }
 
 # Modules renamed in `import` statements only.
@@ -99,9 +108,20 @@ IMPORTS = {"asyncio": "threading"}
 # Text replaced inside string literals of every module; nothing else in a string changes.
 STRINGS = {"(async source)": "(generated sync twin)"}
 
-# source file (in src/pgbaton) -> what it generates
+# source file (its path in src/pgbaton) -> what it generates, beside it
 TWINS = {
-    "queue_async.py": Twin("queue.py", renames={"asyncio.sleep": "time.sleep"}),
+    "queue_async.py": Twin("queue.py"),
+    "_queue/core_async.py": Twin("core.py"),
+    "_queue/job_writes_async.py": Twin(
+        "job_writes.py", renames={"asyncio.sleep": "time.sleep"}
+    ),
+    "_queue/enqueueing_async.py": Twin("enqueueing.py"),
+    "_queue/worker_protocol_async.py": Twin("worker_protocol.py"),
+    "_queue/chores_async.py": Twin("chores.py"),
+    "_queue/reads_async.py": Twin("reads.py"),
+    "_queue/operator_actions_async.py": Twin("operator_actions.py"),
+    "_queue/flow_settings_async.py": Twin("flow_settings.py"),
+    "_queue/scheduling_async.py": Twin("scheduling.py"),
     "engine_async.py": Twin("engine.py"),
     "_database_async.py": Twin(
         "_database.py",
@@ -110,6 +130,10 @@ TWINS = {
         strings={"must be a psycopg.AsyncConnection": "must be a psycopg.Connection"},
     ),
 }
+
+# Each module of TWINS is named as its twin wherever the code names it (imports):
+# `from ._queue.reads_async import AsyncReads` -> `from ._queue.reads import Reads`.
+RENAMES |= {Path(source).stem: Path(twin.target).stem for source, twin in TWINS.items()}
 
 SKIP = "# sync: skip"
 
@@ -419,6 +443,14 @@ def _realign(source: str, moves: Mapping[int, Sequence[tuple[int, int]]]) -> str
     return "".join(lines)
 
 
+def _twin_of(path: Path) -> Twin | None:
+    """The Twin of a source given by its path, if it is one of TWINS."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(PACKAGE):
+        return None
+    return TWINS.get(resolved.relative_to(PACKAGE).as_posix())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a twin is stale")
@@ -432,12 +464,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not path.name.endswith("_async.py"):
                 parser.error(f"{path}: a source's name ends in _async.py")
         jobs = [
-            (path, path.with_name(path.name.replace("_async.py", ".py")),
-             TWINS.get(path.name) if path.parent.resolve() == PACKAGE else None)
+            (path, path.with_name(path.name.replace("_async.py", ".py")), _twin_of(path))
             for path in options.sources
         ]
     else:
-        jobs = [(PACKAGE / name, PACKAGE / twin.target, twin) for name, twin in TWINS.items()]
+        jobs = [
+            (PACKAGE / name, (PACKAGE / name).with_name(twin.target), twin)
+            for name, twin in TWINS.items()
+        ]
     stale = []
     for source, target, twin in jobs:
         try:

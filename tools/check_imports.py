@@ -9,7 +9,8 @@ strongly connected group of modules; each is reported with one import path aroun
 
 The data plane is a face over an engine over the pool they share (docs/architecture.md):
 `LAYERS` lists them from the top, and a module of a layer may reach (through any chain
-of imports) only the layers below it; each import path upwards is reported.
+of imports) only the layers below it; each import path upwards is reported. A package
+in `LAYERS` stands for itself and every module inside it.
 
 Usage: python tools/check_imports.py [PACKAGE]   (exit 1 when a circle is found)
 """
@@ -26,11 +27,12 @@ import grimp
 # Empty: the package has no import circle. An entry here needs a reason beside it.
 ALLOWED_EDGES: frozenset[tuple[str, str]] = frozenset()
 
-# The data plane's layers of pgbaton, from the top: the face users call, the engine the
-# worker and the leader call, the pool and statements both run on, and what builds
-# their parameters and reads their rows without I/O.
+# The data plane's layers of pgbaton, from the top: the face users call (the queue, and
+# the parts in _queue/ it is made of), the engine the worker and the leader call, the
+# pool and statements both run on, and what builds their parameters and reads their
+# rows without I/O.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pgbaton.queue_async", "pgbaton.queue"),
+    ("pgbaton.queue_async", "pgbaton.queue", "pgbaton._queue"),
     ("pgbaton.engine_async", "pgbaton.engine"),
     ("pgbaton._database_async", "pgbaton._database"),
     ("pgbaton._engine_base", "pgbaton._queue_base"),
@@ -101,11 +103,22 @@ def describe(graph: grimp.ImportGraph, group: list[str]) -> str:
     return "\n".join(steps)
 
 
+def layer_modules(graph: grimp.ImportGraph, layer: tuple[str, ...]) -> list[str]:
+    """The modules of a layer: each named, and those inside a package named."""
+    modules = []
+    for name in layer:
+        modules.append(name)
+        if name in graph.modules:
+            modules.extend(sorted(graph.find_descendants(name)))
+    return modules
+
+
 def upward_imports(graph: grimp.ImportGraph, package: str) -> list[str]:
     """Each import path by which a layer of LAYERS reaches one above it."""
     found = []
-    for depth, lower in enumerate(LAYERS):
-        for upper in LAYERS[:depth]:
+    layers = [layer_modules(graph, layer) for layer in LAYERS]
+    for depth, lower in enumerate(layers):
+        for upper in layers[:depth]:
             for importer in lower:
                 for imported in upper:
                     if importer.split(".")[0] != package or importer not in graph.modules:

@@ -1,6 +1,6 @@
-"""What the queue's twins share, without I/O: parameters that queue_async.py and its
-generated twin queue.py build alike, and the reading of their rows. The engine's are in
-_engine_base.py.
+"""What the queue's twins share, without I/O: parameters that the queue's parts
+(_queue/*_async.py) and their generated twins build alike, and the reading of their
+rows. The engine's are in _engine_base.py.
 """
 
 from __future__ import annotations
