@@ -43,7 +43,8 @@ lint: $(VENV)/.installed
 generate: $(VENV)/.installed
 	$(PY) tools/async_to_sync.py
 
-# The spin model of the claim protocol (docs/model/claim.pml); needs spin and a C compiler.
+# The spin model of the claim protocol (docs/explanation/model/claim.pml); needs spin
+# and a C compiler.
 model: $(VENV)/.installed
 	$(PY) -m tests.fleet.spin_model
 

@@ -29,7 +29,8 @@ REPEATS = 20
 GIVE_UP_MS = 1000.0  # a case slower than this once is timed once more, not 20 times
 
 # Indexes the dashboard would like on large tables, measured with --with-indexes or
-# --indexes; migration 6 adds jobs_failed, and docs/dashboard.md says why not the others.
+# --indexes; migration 6 adds jobs_failed, and docs/howto/dashboard-metrics-traces.md
+# says why not the others.
 PROPOSED_INDEXES = (
     f"CREATE INDEX IF NOT EXISTS jobs_task_id ON {SCHEMA}.jobs (task, id)",
     f"CREATE INDEX IF NOT EXISTS jobs_failed ON {SCHEMA}.jobs (id) INCLUDE (queue) "

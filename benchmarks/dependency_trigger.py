@@ -1,4 +1,4 @@
-"""What the dependency and batch trigger costs the drain (docs/dependencies.md).
+"""What the dependency and batch trigger costs the drain (docs/explanation/dependencies.md).
 
     python -m benchmarks.dependency_trigger [--dsn DSN] [--jobs 10000] [--rounds 5]
 

@@ -7,7 +7,8 @@ each claiming a batch of B jobs and completing it at once (no handler), for seve
 Per P: jobs/s over the drain, the claim statement's p50 and p99 (each process times its
 own calls), the server connections the schema's clients held at the peak, and, in SQL
 afterwards, jobs claimed more than once (must be 0). It runs in a schema of its own,
-dropped at the end. docs/scaling.md quotes a run, with the machine's load at the time.
+dropped at the end. docs/explanation/scaling.md quotes a run, with the machine's load at
+the time.
 """
 
 from __future__ import annotations

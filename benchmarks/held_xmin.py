@@ -1,5 +1,6 @@
 """Issue 27's held-xmin cell as a bench case (case.held_xmin): what one worker keeps up
-with while a session holds the xmin horizon back (docs/scaling.md, "A held xmin").
+with while a session holds the xmin horizon back (docs/explanation/scaling.md, "A held
+xmin").
 
 A paced producer offers RATE jobs a second (a bulk enqueue every 50 ms), a `pgbaton
 worker` process at concurrency 32 drains them, and after a warm-up a holder session
@@ -153,8 +154,8 @@ async def scanning_readers(dsn: str, jobs: str, count: int = READERS,
     over, one after the other on each session, so some snapshot is always held.
     `parallel`: the sessions' max_parallel_workers_per_gather (None: the server's). Once
     the heap passes 31 to 36 MB the planner gives each scan two parallel workers, and
-    four readers become up to twelve processes wanting a core (docs/scaling.md, "A held
-    xmin")."""
+    four readers become up to twelve processes wanting a core
+    (docs/explanation/scaling.md, "A held xmin")."""
     stop = asyncio.Event()
 
     async def read() -> None:

@@ -12,9 +12,9 @@ job per round and their medians; with pg_walinspect (created when the role may),
 the records a job writes by type, which names what differs between two trees.
 
 WAL is the whole server's: the numbers are exact only on a server nothing else writes
-to (a private `initdb`, docs/performance.md says how the published ones were taken).
-Run it from another checkout (PYTHONPATH) to compare two trees: this file uses only
-the public Queue.
+to (a private `initdb`, docs/explanation/performance.md says how the published ones were
+taken). Run it from another checkout (PYTHONPATH) to compare two trees: this file uses
+only the public Queue.
 """
 
 from __future__ import annotations

@@ -129,9 +129,9 @@ def test_the_subscriber_counts_maintenance_and_lost_claims() -> None:
 
 
 def test_the_documented_metrics_are_the_exported_ones(client: TestClient, jobs: Jobs) -> None:
-    """docs/dashboard.md's Prometheus table lists exactly the metrics pgbaton exports,
-    with their types and labels, named as Prometheus asks (snake case, `_total`
-    counters, `_seconds` for times)."""
+    """docs/howto/dashboard-metrics-traces.md's Prometheus table lists exactly the
+    metrics pgbaton exports, with their types and labels, named as Prometheus asks
+    (snake case, `_total` counters, `_seconds` for times)."""
     import re
     from pathlib import Path
 
@@ -150,7 +150,8 @@ def test_the_documented_metrics_are_the_exported_ones(client: TestClient, jobs: 
             name = family.name + ("_total" if family.type == "counter" else "")
             labels = {label for s in family.samples for label in s.labels} - {"le"}
             exported[name] = (family.type, labels)
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "dashboard.md").read_text()
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "howto"
+           / "dashboard-metrics-traces.md").read_text()
     section = doc.split("## Prometheus", 1)[1].split("\n## ", 1)[0]
     documented = {
         name: (kind, {label.strip() for label in re.sub(r"\([^)]*\)", "", labels).split(",")

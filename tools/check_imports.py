@@ -7,10 +7,11 @@ of imports inside the package, counting imports inside functions (they still run
 only later) but not those under `if TYPE_CHECKING:` (they never run). A circle is a
 strongly connected group of modules; each is reported with one import path around it.
 
-The data plane is a face over an engine over the pool they share (docs/architecture.md):
-`LAYERS` lists them from the top, and a module of a layer may reach (through any chain
-of imports) only the layers below it; each import path upwards is reported. A package
-in `LAYERS` stands for itself and every module inside it.
+The data plane is a face over an engine over the pool they share
+(docs/explanation/architecture.md): `LAYERS` lists them from the top, and a module of a
+layer may reach (through any chain of imports) only the layers below it; each import
+path upwards is reported. A package in `LAYERS` stands for itself and every module
+inside it.
 
 Usage: python tools/check_imports.py [PACKAGE]   (exit 1 when a circle is found)
 """

@@ -199,7 +199,7 @@ class PgbatonClaimingAhead(PgbatonSystem):
     role = "option"
     settings = PgbatonSystem.settings + (
         " WorkerConfig(claim_ahead=500): up to 500 jobs claimed beyond the free slots, "
-        "waiting in the worker for one (docs/architecture.md, \"Claiming ahead\")."
+        "waiting in the worker for one (docs/explanation/architecture.md, \"Claiming ahead\")."
     )
     cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
 
@@ -212,7 +212,7 @@ class PgbatonClaimingAhead(PgbatonSystem):
 
 class PgbatonClaimingAheadAuto(PgbatonSystem):
     """pgbaton claiming ahead as the worker sizes it (claim_ahead="auto",
-    docs/architecture.md "Claiming ahead sized by the worker")."""
+    docs/explanation/architecture.md "Claiming ahead sized by the worker")."""
 
     name = "pgbaton_auto"
     label = "pgbaton, claiming ahead (auto)"

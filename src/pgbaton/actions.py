@@ -38,7 +38,7 @@ class Action:
     one: str  # the statement for one job
     matching: str  # the statement for every job of a filter
     # The statement tried when `one` changed nothing (delete: a done job moved to
-    # jobs_history, docs/retention.md).
+    # jobs_history, docs/explanation/retention.md).
     one_else: str | None = None
     takes_priority: bool = False
     event: str | None = None  # emitted (pgbaton.events) when `one` changed the job

@@ -97,7 +97,7 @@ def register_worker_runner(runner: WorkerRunner) -> None:
 class Periodic:
     """One schedule in code: a task enqueued by the maintenance leader at each tick of a
     cron expression, with fixed args. One task may have several schedules. A worker
-    writes it to the schedules table as it starts (docs/schedules.md)."""
+    writes it to the schedules table as it starts (docs/explanation/schedules.md)."""
 
     task: Task
     cron: str
@@ -206,7 +206,7 @@ class App:
     def route(self, queue: str, dsn: str) -> None:
         """Keep the jobs of `queue` in another database (same schema name): its tasks
         enqueue there, and a worker whose --queues are all routed there works it. A
-        caller's conn= still wins. docs/scaling.md says what routing keeps."""
+        caller's conn= still wins. docs/explanation/scaling.md says what routing keeps."""
         own = None
         with contextlib.suppress(ConfigurationError):  # no DSN yet: checked at use
             own = self.dsn
@@ -542,7 +542,7 @@ class App:
         """Declare a queue's fleet-wide limits: at most `concurrency` of its jobs held at
         once, at most `rate` starts per sliding window ("100/s"). A worker of this App
         writes the limits named here when it starts; until then, and for limits not
-        named, the command line's settings stand (docs/flow_control.md)."""
+        named, the command line's settings stand (docs/explanation/flow_control.md)."""
         if not isinstance(queue, str) or not queue:
             raise InvalidArgument(f"queue must be a non-empty string, got {queue!r}")
         limits = (check_concurrency(concurrency), parse_rate(rate))
@@ -570,7 +570,7 @@ class App:
         """Register a task and enqueue it at each tick of `cron` (5 fields, or 6 with
         seconds last) read in `timezone`, exactly once per tick however many workers
         run. schedule: its name in the schedules table (default TASK:ID); catch_up:
-        what becomes of ticks missed while no worker led (docs/schedules.md)."""
+        what becomes of ticks missed while no worker led (docs/explanation/schedules.md)."""
         now = dt.datetime.now(dt.UTC)
         Cron(cron, timezone).check_fires(now)
         catch_up, catch_up_limit = check_catch_up(catch_up, catch_up_limit)
@@ -610,7 +610,7 @@ class App:
     @property
     def schedules(self) -> Schedules:
         """Add, change, pause, resume, run now and remove schedules at run time, and
-        list them with those of @app.periodic (docs/schedules.md)."""
+        list them with those of @app.periodic (docs/explanation/schedules.md)."""
         return Schedules(self)
 
     def run_worker(

@@ -2,10 +2,10 @@
 into instants, and what a catch-up policy enqueues after an outage. No I/O here: the
 leader's scheduler (maintenance/), the API and the dashboard all compute with it.
 
-Daylight saving time (docs/schedules.md, "Time zones and daylight saving time"): a
-wall-clock time that does not exist (spring forward) fires once, at the first instant
-after the gap; one that happens twice (fall back) fires at its first occurrence only,
-unless the expression's hour field is `*`, whose ticks fire in both occurrences.
+Daylight saving time (docs/explanation/schedules.md, "Time zones and daylight saving
+time"): a wall-clock time that does not exist (spring forward) fires once, at the first
+instant after the gap; one that happens twice (fall back) fires at its first occurrence
+only, unless the expression's hour field is `*`, whose ticks fire in both occurrences.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class Cron:
         self.expression = expression
         self.timezone = timezone
         self.zone = check_timezone(timezone)
-        # `*` hours: ticks in both occurrences of a repeated hour (docs/schedules.md).
+        # `*` hours: ticks in both occurrences of a repeated hour
+        # (docs/explanation/schedules.md).
         fields = _ALIASES.get(expression.strip().lower(), expression).split()
         self._every_hour = fields[1] == "*"
 

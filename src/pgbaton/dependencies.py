@@ -1,5 +1,5 @@
 """Jobs that wait for other jobs, and batches: the checks and the plan of one enqueue
-(docs/dependencies.md). No I/O: AsyncQueue runs the plan's statements.
+(docs/explanation/dependencies.md). No I/O: AsyncQueue runs the plan's statements.
 
 A job's `after` lists its parents: ids of jobs already written, or the `label` of
 another job of the same enqueue_many call. Labels are how a call names its own jobs,

@@ -58,7 +58,7 @@ from .outcomes import Snooze
 
 # How often a queue re-reads whether any queue is paused or limited (one tiny
 # statement): a setting made elsewhere reaches this queue's claims within this time,
-# and until then its jobs are only held back (docs/flow_control.md).
+# and until then its jobs are only held back (docs/explanation/flow_control.md).
 FLOW_RECHECK_SECONDS = 1.0
 
 # How long drop_history waits for a lock on jobs_history (a reader's, a mover's) before
@@ -151,7 +151,7 @@ class AsyncEngine:
         """Whether a claim of these queues (None: every queue) may take jobs of a
         rate-limited queue. The flow claim logs a start for each job it claims, so such
         jobs must start at once: claimed ahead, they would start later, in a burst that
-        passes the rate (docs/flow_control.md)."""
+        passes the rate (docs/explanation/flow_control.md)."""
         await self._flow_is_on()
         if queues is None:
             return bool(self.rated_queues)
@@ -369,7 +369,8 @@ class AsyncEngine:
 
     async def worker_beat(self, presence: Mapping[str, Any]) -> None:
         """Write a worker's row of the workers table (worker_beat: worker_id, host,
-        pid, version, queues, concurrency, held); docs/dashboard.md, "Workers"."""
+        pid, version, queues, concurrency, held); docs/howto/dashboard-metrics-traces.md,
+        "Workers"."""
         await self._db._fetch("worker_beat", presence)
 
     async def worker_leave(self, presence: Mapping[str, Any]) -> None:
@@ -394,8 +395,9 @@ class AsyncEngine:
         params = {"retention": check_seconds("retention", retention), "limit": check_limit(limit)}
         return len(await self._db._fetch("job_prune", params))
 
-    # The history retention mode (docs/retention.md): done jobs move to jobs_history,
-    # partitioned by the time they finished, and leave it a partition at a time.
+    # The history retention mode (docs/explanation/retention.md): done jobs move to
+    # jobs_history, partitioned by the time they finished, and leave it a partition at a
+    # time.
 
     async def archive(self, *, after: float, partition: float, limit: int = 10_000) -> int:
         """Move done jobs without an explicit idempotency key that finished more than
@@ -473,11 +475,11 @@ class AsyncEngine:
 
     async def vacuum(self, *, min_dead: int = 0, min_dead_share: float = 0.0) -> int:
         """VACUUM the jobs table once the statistics count at least `min_dead` dead row
-        versions in it, and at least `min_dead_share` times its live ones (docs/
-        scaling.md, "The claim's dead head"). Returns that count when the VACUUM ran;
-        0 when there were fewer, or when another VACUUM or DDL held the table (skipped,
-        never waited for). Raises ConfigurationError when this role may not vacuum the
-        table, before trying."""
+        versions in it, and at least `min_dead_share` times its live ones
+        (docs/explanation/scaling.md, "The claim's dead head"). Returns that count when
+        the VACUUM ran; 0 when there were fewer, or when another VACUUM or DDL held the
+        table (skipped, never waited for). Raises ConfigurationError when this role may
+        not vacuum the table, before trying."""
         min_dead = check_int4("min_dead", min_dead, minimum=0)
         min_dead_share = check_dead_share(min_dead_share)
         schema = self._db.schema

@@ -5,7 +5,7 @@ An enqueue with a hook set (`events.enqueue_hook`, shared by an App's queues) ru
 inside `hook(queue, count)`, a context manager whose value says which headers to store
 in each job's `meta` column and is told the ids written. With no hook set, an enqueue
 runs in a span that stores and tells nothing (enqueue_span). pgbaton.tracing is the
-one hook pgbaton ships (docs/dashboard.md, "OpenTelemetry").
+one hook pgbaton ships (docs/howto/dashboard-metrics-traces.md, "OpenTelemetry").
 """
 
 from __future__ import annotations

@@ -65,13 +65,14 @@ class NotSerializable(InvalidArgument, TypeError):
 
 class IdempotencyKeyTaken(InvalidArgument):
     """An idempotency key already used by a job of another task, refused while the schema
-    keeps the previous release's global index (docs/guarantees.md). Nothing was written."""
+    keeps the previous release's global index (docs/explanation/guarantees.md). Nothing was
+    written."""
 
 
 class ScheduleChanged(InvalidArgument):
     """A change of a schedule made against a revision that is no longer the row's: it
     was changed (by another operator, say) since the caller read it. Nothing was
-    written; read it again and redo the change (docs/schedules.md)."""
+    written; read it again and redo the change (docs/explanation/schedules.md)."""
 
 
 class UniqueJobUnseen(PgbatonError):
@@ -83,7 +84,7 @@ class ConnectionFailed(PgbatonError):
     """The PostgreSQL server could not be reached or closed the connection. `written`:
     False when pgbaton made sure that nothing of the call was written, so a retry is
     safe (enqueue_many's batches by COPY on its own connections); None when it does not
-    know (docs/reliability.md, "An enqueue whose commit is unknown")."""
+    know (docs/explanation/reliability.md, "An enqueue whose commit is unknown")."""
 
     written: bool | None = None
 

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("pgbaton.events")
 
-# name -> when it is emitted. The table of docs/events.md is checked against this one.
+# name -> when it is emitted. The table of docs/reference/events.md is checked against
+# this one.
 EVENTS: dict[str, str] = {
     "job.enqueued": "a job was written by enqueue() (count > 1 for one enqueue_many call)",
     "job.unique_kept": "a unique enqueue met a job of its key and wrote nothing (job_id: "

@@ -1,6 +1,6 @@
 """Flow control's plain data: a queue's settings, rate limits and their parsing, and the
 checks of every limit. No I/O (the statements are queue_* and job_claim_flow in
-sql/queues.sql and sql/jobs.sql; the design is docs/flow_control.md)."""
+sql/queues.sql and sql/jobs.sql; the design is docs/explanation/flow_control.md)."""
 
 from __future__ import annotations
 

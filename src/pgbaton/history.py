@@ -2,7 +2,7 @@
 batch's bins still lack, what their partitions are called, and their DDL statements.
 
 AsyncQueue.archive and drop_history run the statements of sql/history.sql and call
-these in between (docs/retention.md).
+these in between (docs/explanation/retention.md).
 """
 
 from __future__ import annotations

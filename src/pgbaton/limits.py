@@ -1,8 +1,9 @@
-"""Every limit pgbaton puts on what it is given, in one place (docs/guarantees.md lists
-them with their reasons). The checks in _checks.py, _encoding.py and _sql.py read them from here; a
-value past a limit is refused with a one-line InvalidArgument before anything is written.
-The SQL API's checks (job_enqueue_check in sql/schema.sql) repeat the enqueue limits as
-literals; tests/sql/test_sql_api.py passes each at and past its value here.
+"""Every limit pgbaton puts on what it is given, in one place
+(docs/explanation/guarantees.md lists them with their reasons). The checks in
+_checks.py, _encoding.py and _sql.py read them from here; a value past a limit is
+refused with a one-line InvalidArgument before anything is written. The SQL API's checks
+(job_enqueue_check in sql/schema.sql) repeat the enqueue limits as literals;
+tests/sql/test_sql_api.py passes each at and past its value here.
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ EARLIEST_RUN_AT = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # windows are numbered from the epoch, so a shorter one would only count microseconds.
 MIN_UNIQUE_PERIOD_SECONDS = 0.001
 
-# The width of a jobs_history partition (the history retention mode, docs/retention.md):
-# whole minutes, so that a partition's name (its start, to the minute) is unique, and at
-# most a month. Every look-up of a job by id that misses jobs probes each partition, so
-# retention / width (the number of partitions kept) should stay in the tens or hundreds.
+# The width of a jobs_history partition (the history retention mode,
+# docs/explanation/retention.md): whole minutes, so that a partition's name (its start,
+# to the minute) is unique, and at most a month. Every look-up of a job by id that
+# misses jobs probes each partition, so retention / width (the number of partitions
+# kept) should stay in the tens or hundreds.
 MIN_HISTORY_PARTITION_SECONDS = 60
 MAX_HISTORY_PARTITION_SECONDS = 31 * 24 * 3600
 
@@ -68,10 +70,11 @@ INT8_MAX = 2**63 - 1
 MAX_SCHEMA_NAME_LENGTH = 51
 RESERVED_SCHEMA_PREFIX = "pg_"
 
-# Flow control (docs/flow_control.md). A rate limit's window is a log of its starts,
-# counted by every claim of the queue, so one window holds at most MAX_RATE_LIMIT
-# starts (express more as a shorter window: 100,000/min is about 1,667/s), and spans
-# between a millisecond and a week. A concurrency limit is counted up to itself.
+# Flow control (docs/explanation/flow_control.md). A rate limit's window is a log of its
+# starts, counted by every claim of the queue, so one window holds at most
+# MAX_RATE_LIMIT starts (express more as a shorter window: 100,000/min is about
+# 1,667/s), and spans between a millisecond and a week. A concurrency limit is counted
+# up to itself.
 MAX_RATE_LIMIT = 10_000
 MIN_RATE_PERIOD_SECONDS = 0.001
 MAX_RATE_PERIOD_SECONDS = 7 * 24 * 3600.0

@@ -12,13 +12,13 @@ from typing import Any
 
 from .limits import MAX_JOB_LOG_BYTES, MAX_JOB_LOG_LINES
 
-# The stored status column. waiting: for the jobs it depends on (docs/dependencies.md);
-# never claimed.
+# The stored status column. waiting: for the jobs it depends on
+# (docs/explanation/dependencies.md); never claimed.
 STATUSES = ("pending", "running", "done", "failed", "cancelled", "waiting")
 # The states pgbaton shows and filters by, the same in the API (Job.state, JobFilter,
 # Queue.jobs, QueueStats), the command line, /metrics and the dashboard: the stored
 # statuses, with a pending job whose run_at is still ahead called scheduled, and
-# pending meaning due (docs/state_machine.md, "The states as shown").
+# pending meaning due (docs/explanation/state_machine.md, "The states as shown").
 STATES = ("pending", "scheduled", "running", "waiting", "done", "failed", "cancelled")
 
 RETRY_BASE_SECONDS = 1.0
@@ -132,7 +132,7 @@ class Job:
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
-    batch_id: int | None = None  # the batch it belongs to (docs/dependencies.md)
+    batch_id: int | None = None  # the batch it belongs to (docs/explanation/dependencies.md)
     waiting_for: int | None = None  # how many parents have not finished; None: no parents
     meta: dict[str, Any] | None = None  # headers: the enqueuing span's trace context
     # A unique job's key (its SHA-256, in hex; docs/howto/unique.md) and the states in
@@ -240,8 +240,9 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class HistoryPartition:
-    """One partition of jobs_history (the history retention mode, docs/retention.md):
-    the done jobs that finished in [from_at, to_at), dropped whole after the retention."""
+    """One partition of jobs_history (the history retention mode,
+    docs/explanation/retention.md): the done jobs that finished in [from_at, to_at),
+    dropped whole after the retention."""
 
     name: str
     from_at: dt.datetime
@@ -261,7 +262,7 @@ class QueueStats:
     cancelled: int
     expired_leases: int
     oldest_pending_seconds: float | None
-    waiting: int = 0  # for the jobs they depend on (docs/dependencies.md)
+    waiting: int = 0  # for the jobs they depend on (docs/explanation/dependencies.md)
     scheduled: int = 0  # pending, but run_at is still ahead
     paused: bool = False  # the queue is paused: none of its jobs is claimed
 

@@ -73,7 +73,7 @@ class Snooze(HandlerOutcome):
 
 class Cancel(HandlerOutcome):
     """End the job as `cancelled`, its reason kept in its errors; it is not retried.
-    The jobs that wait for it are cancelled too (docs/dependencies.md)."""
+    The jobs that wait for it are cancelled too (docs/explanation/dependencies.md)."""
 
     def __init__(self, reason: str) -> None:
         self.reason = _check_text("Cancel reason", reason, required=True)

@@ -1,5 +1,5 @@
 """An App's routes: which queues keep their jobs in another database, and the queues
-(connection pools) the App opens there. docs/scaling.md, "Queues over several
+(connection pools) the App opens there. docs/explanation/scaling.md, "Queues over several
 databases", says what routing keeps of the guarantees."""
 
 from __future__ import annotations

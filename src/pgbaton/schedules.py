@@ -1,6 +1,6 @@
-"""Schedules stored in the database (docs/schedules.md): a schedule as read, the checks
-of a definition before anything is written, and `app.schedules`, the App's face over
-the Queue's schedule methods that also knows the App's tasks."""
+"""Schedules stored in the database (docs/explanation/schedules.md): a schedule as read,
+the checks of a definition before anything is written, and `app.schedules`, the App's
+face over the Queue's schedule methods that also knows the App's tasks."""
 
 from __future__ import annotations
 
@@ -200,8 +200,8 @@ def check_revision(current: Schedule, revision: object) -> None:
 def schedule_event(
     name: str, schedule: Schedule | Mapping[str, Any], by: str | None, **detail: Any
 ) -> Event:
-    """An event of docs/events.md about one schedule (a Schedule, or a row with its
-    name, task and queue)."""
+    """An event of docs/reference/events.md about one schedule (a Schedule, or a row
+    with its name, task and queue)."""
     row = schedule if isinstance(schedule, Mapping) else {
         "name": schedule.name, "task": schedule.task, "queue": schedule.queue}
     return Event(name, task=row["task"], queue=row["queue"],

@@ -3,8 +3,9 @@ span around each run of a job, and the trace context carried inside the job betw
 
     pgbaton.tracing.instrument(app)   # once, before enqueueing or starting the worker
 
-Following the OpenTelemetry messaging semantic conventions (docs/dashboard.md,
-"OpenTelemetry", says where and why pgbaton chooses among what they allow):
+Following the OpenTelemetry messaging semantic conventions
+(docs/howto/dashboard-metrics-traces.md, "OpenTelemetry", says where and why pgbaton
+chooses among what they allow):
 
 - enqueue, enqueue_once and enqueue_many run inside a span `send <queue>` of kind
   PRODUCER (messaging.operation.type and .name "send", messaging.message.id for one job,

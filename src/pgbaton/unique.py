@@ -136,7 +136,7 @@ def check_unique(
     if idempotency_key is not None:
         raise InvalidArgument(
             "give unique= or idempotency_key=, not both: the key names one job for good, "
-            "the uniqueness only while a job blocks (docs/guarantees.md); nothing was "
+            "the uniqueness only while a job blocks (docs/explanation/guarantees.md); nothing was "
             "written"
         )
     if unique.conflict == "debounce" and (run_at is not None or delay is not None):

@@ -1,5 +1,6 @@
-"""Batches (docs/dependencies.md): the callbacks are enqueued once, when the last job of
-the batch ends, whichever path ends it; bad input is refused with nothing written."""
+"""Batches (docs/explanation/dependencies.md): the callbacks are enqueued once, when the
+last job of the batch ends, whichever path ends it; bad input is refused with nothing
+written."""
 
 from __future__ import annotations
 

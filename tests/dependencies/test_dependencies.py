@@ -1,6 +1,7 @@
-"""Dependencies (docs/dependencies.md): a job enqueued after others waits until they are
-done, is cancelled when one of them fails or is cancelled (or runs anyway if asked), and
-every path that ends a job counts; bad input is refused with nothing written."""
+"""Dependencies (docs/explanation/dependencies.md): a job enqueued after others waits
+until they are done, is cancelled when one of them fails or is cancelled (or runs anyway
+if asked), and every path that ends a job counts; bad input is refused with nothing
+written."""
 
 from __future__ import annotations
 

@@ -18,17 +18,17 @@ def _examples(page: str) -> list[tuple[str, str]]:
 
 
 def test_the_testing_page_has_no_include_lines() -> None:
-    assert "--8<--" not in (ROOT / "docs/testing.md").read_text()
+    assert "--8<--" not in (ROOT / "docs/howto/testing.md").read_text()
 
 
 def test_the_testing_page_shows_every_file_of_the_example_project() -> None:
-    shown = {path for path, _ in _examples("docs/testing.md")}
+    shown = {path for path, _ in _examples("docs/howto/testing.md")}
     project = ROOT / "tests/testing/example_project"
     files = {str(p.relative_to(ROOT)) for p in project.iterdir()
              if p.suffix in (".py", ".ini") and p.name not in ("__init__.py", "conftest.py")}
     assert shown == files
 
 
-@pytest.mark.parametrize(("path", "body"), _examples("docs/testing.md"))
+@pytest.mark.parametrize(("path", "body"), _examples("docs/howto/testing.md"))
 def test_each_example_is_its_file_word_for_word(path: str, body: str) -> None:
     assert body == (ROOT / path).read_text().rstrip("\n") + "\n", path

@@ -1,9 +1,9 @@
-"""The claim past a mark (claim_marks.py; docs/scaling.md, "A held xmin"): while claims
-from the head are slow, a queue's claim starts past the last job it claimed; higher
-priorities still come first, and a job that became pending behind the mark is taken by
-the next claim from the head, which comes at a pace its own length sets. Under a held xmin
-the claim past its mark reads a handful of buffers where the claim from the head reads
-every dead entry."""
+"""The claim past a mark (claim_marks.py; docs/explanation/scaling.md, "A held xmin"):
+while claims from the head are slow, a queue's claim starts past the last job it
+claimed; higher priorities still come first, and a job that became pending behind the
+mark is taken by the next claim from the head, which comes at a pace its own length
+sets. Under a held xmin the claim past its mark reads a handful of buffers where the
+claim from the head reads every dead entry."""
 
 from __future__ import annotations
 

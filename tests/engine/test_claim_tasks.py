@@ -1,5 +1,6 @@
 """claim(tasks=...): a worker claims only the tasks it knows; the others wait for a worker
-that knows them, without spending attempts (docs/guarantees.md, "Unknown tasks")."""
+that knows them, without spending attempts (docs/explanation/guarantees.md, "Unknown
+tasks")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The data plane as a face over an engine (docs/architecture.md): `queue.engine` runs
-the worker's and the leader's statements on the queue's own pool, and the queue's names
-for them give the same answers."""
+"""The data plane as a face over an engine (docs/explanation/architecture.md):
+`queue.engine` runs the worker's and the leader's statements on the queue's own pool,
+and the queue's names for them give the same answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Per-key order under operator actions and out-of-order commits (docs/guarantees.md).
+"""Per-key order under operator actions and out-of-order commits
+(docs/explanation/guarantees.md).
 
 A cancelled or retried job keeps its key, and a retried job does not start again, while
 the handler of its cancelled claim may still run: until that holder releases the claim

@@ -39,12 +39,12 @@ MEANT_TO_FAIL_EVERY = 100  # one job in this many raises on each of its two atte
 # Every number the run is judged by, from the server's own records.
 #
 # A claim commits without waiting for its WAL to be flushed (synchronous_commit off,
-# docs/reliability.md), so the crash can take back a claim its worker was already told
-# of: the handler runs with a token the server never kept, and the job is claimed again.
-# Such a run is recorded after the restart (the handler's insert waits for the server);
-# one recorded before the crash would have flushed the claim's WAL with its own, so a
-# never-granted token outside the window from the crash to 15 s after the restart (the
-# handler's connection timeout, and some) is unexplained.
+# docs/explanation/reliability.md), so the crash can take back a claim its worker was
+# already told of: the handler runs with a token the server never kept, and the job is
+# claimed again. Such a run is recorded after the restart (the handler's insert waits
+# for the server); one recorded before the crash would have flushed the claim's WAL with
+# its own, so a never-granted token outside the window from the crash to 15 s after the
+# restart (the handler's connection timeout, and some) is unexplained.
 INVARIANTS_SQL = """
 WITH last_grant AS (
     SELECT DISTINCT ON (job_id) job_id, token FROM {s}.ledger

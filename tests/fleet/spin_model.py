@@ -1,5 +1,6 @@
-"""Check docs/model/claim.pml with spin: safety, liveness under weak fairness, and the
-mutant without the token check, which must fail. `make model` runs this module."""
+"""Check docs/explanation/model/claim.pml with spin: safety, liveness under weak
+fairness, and the mutant without the token check, which must fail. `make model` runs
+this module."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-MODEL = Path(__file__).resolve().parents[2] / "docs" / "model" / "claim.pml"
+MODEL = Path(__file__).resolve().parents[2] / "docs" / "explanation" / "model" / "claim.pml"
 MUTANT_FLAG = "-DNO_TOKEN_CHECK"
 
 

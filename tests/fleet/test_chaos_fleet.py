@@ -5,7 +5,7 @@ and no claim but a job's last ever ended it.
 
 Its size is PGBATON_CHAOS_JOBS: 3,000 jobs in `make test` by default, 50,000 under
 `make chaos` (PGBATON_CHAOS=1). The full size takes several minutes on two busy cores
-(docs/reliability.md has the measured run), which is why CI runs the short one.
+(docs/explanation/reliability.md has the measured run), which is why CI runs the short one.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""What a server crash takes back (docs/reliability.md, "Which setting gives which
-promise"): a claim commits without waiting for its WAL to be flushed, so a crash right
-after it can undo a claim its worker was told of; the worker's completion then changes
-nothing, and the job runs again. A completion the worker was told of is never undone.
+"""What a server crash takes back (docs/explanation/reliability.md, "Which setting gives
+which promise"): a claim commits without waiting for its WAL to be flushed, so a crash
+right after it can undo a claim its worker was told of; the worker's completion then
+changes nothing, and the job runs again. A completion the worker was told of is never
+undone.
 
 The server's WAL writer is slowed to its limit (10 s) so that the crash, a SIGKILL of
 the postmaster and every process under it, lands before it writes the claim's WAL."""

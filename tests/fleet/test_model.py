@@ -1,4 +1,5 @@
-"""The spin model of the claim protocol (docs/model/claim.pml) holds, and its mutant fails."""
+"""The spin model of the claim protocol (docs/explanation/model/claim.pml) holds, and its
+mutant fails."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What docs/scaling.md says about a busy queue, proven on a real server."""
+"""What docs/explanation/scaling.md says about a busy queue, proven on a real server."""
 
 from __future__ import annotations
 

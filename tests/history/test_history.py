@@ -1,6 +1,6 @@
-"""The history retention mode (docs/retention.md): done jobs move from jobs to the
-partitioned jobs_history exactly, only the eligible ones, without a loss or a double
-under concurrent movers, and leave it a whole partition at a time."""
+"""The history retention mode (docs/explanation/retention.md): done jobs move from jobs
+to the partitioned jobs_history exactly, only the eligible ones, without a loss or a
+double under concurrent movers, and leave it a whole partition at a time."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The history mover's partitions when the width changes: a bin that partitions of
 another width cover in part gets partitions for its gaps only, never an overlap
-(docs/retention.md); the ranges are worked out by pgbaton/history.py between the
+(docs/explanation/retention.md); the ranges are worked out by pgbaton/history.py between the
 statements of sql/history.sql."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One App, queues routed to two databases: jobs land in their queue's database, a
-worker works one database, and bad routes are refused (docs/scaling.md)."""
+worker works one database, and bad routes are refused (docs/explanation/scaling.md)."""
 
 from __future__ import annotations
 

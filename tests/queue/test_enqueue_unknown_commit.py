@@ -1,8 +1,9 @@
-"""An enqueue whose connection dies mid-call (issue 27 item 2; docs/reliability.md, "An
-enqueue whose commit is unknown"): a batch by COPY on pgbaton's own connection finds out
-whether it was written, from the ids it reserved first. Here the server ends its backend
-during the COPY: the call raises ConnectionFailed with `written` False, nothing is in the
-table, and the retry writes the batch once."""
+"""An enqueue whose connection dies mid-call (issue 27 item 2;
+docs/explanation/reliability.md, "An enqueue whose commit is unknown"): a batch by COPY
+on pgbaton's own connection finds out whether it was written, from the ids it reserved
+first. Here the server ends its backend during the COPY: the call raises
+ConnectionFailed with `written` False, nothing is in the table, and the retry writes the
+batch once."""
 
 from __future__ import annotations
 

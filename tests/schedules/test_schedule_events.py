@@ -1,6 +1,6 @@
-"""Schedules emit events (docs/events.md): each change an operator makes, each tick the
-leader enqueues, the ticks a catch-up policy leaves out, and a code schedule gone from
-code, each with the schedule's name and who did it."""
+"""Schedules emit events (docs/reference/events.md): each change an operator makes, each
+tick the leader enqueues, the ticks a catch-up policy leaves out, and a code schedule
+gone from code, each with the schedule's name and who did it."""
 
 from __future__ import annotations
 

@@ -184,8 +184,9 @@ def test_jobs_has_no_before_row_update_trigger(dsn, schema, other_schema, db):
     """No BEFORE ROW UPDATE trigger on jobs, whatever its WHEN or column list: PostgreSQL
     (ExecBRUpdateTriggers, GetTupleForTrigger) locks the row before it evaluates either,
     so every update of a job (each completion, heartbeat, start) would pay a heap lock
-    and its WAL record for nothing (migration 22, docs/performance.md). The rules such a
-    trigger kept are in the statements, and a CHECK (jobs_waiting_event_only_pending)."""
+    and its WAL record for nothing (migration 22, docs/explanation/performance.md). The
+    rules such a trigger kept are in the statements, and a CHECK
+    (jobs_waiting_event_only_pending)."""
     db.execute(f'CREATE SCHEMA "{other_schema}"')  # type: ignore[arg-type]
     db.execute(_sql.schema_sql(other_schema))  # type: ignore[arg-type]
     with pgbaton.Queue(dsn, schema=schema) as queue:

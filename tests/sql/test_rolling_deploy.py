@@ -1,5 +1,5 @@
 """Rolling deploys: the previous release runs against this release's schema, and this
-release refuses the previous schema (docs/guarantees.md, "Rolling deploys").
+release refuses the previous schema (docs/explanation/guarantees.md, "Rolling deploys").
 
 The previous release's statements are kept verbatim in previous_release/queries_v3.sql
 (schema version 3); a test here runs them on connections of their own, as that

@@ -14,7 +14,7 @@ EXAMPLE_PROJECT = Path(__file__).parent / "example_project"
 @pytest.fixture
 def project(pytester: pytest.Pytester, server_dsn: str,
             monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """The example project of docs/testing.md, on the suite's server."""
+    """The example project of docs/howto/testing.md, on the suite's server."""
     shutil.copytree(EXAMPLE_PROJECT, pytester.path, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setenv("PGBATON_TEST_DSN", server_dsn)
@@ -22,7 +22,7 @@ def project(pytester: pytest.Pytester, server_dsn: str,
 
 
 def test_the_example_project_passes_with_every_helper(project: pytest.Pytester) -> None:
-    """Each helper of pgbaton.testing, used as docs/testing.md shows it, passes."""
+    """Each helper of pgbaton.testing, used as docs/howto/testing.md shows it, passes."""
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=11)
 

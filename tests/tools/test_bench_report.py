@@ -262,8 +262,8 @@ def test_the_held_xmin_section_judges_each_system_as_the_test_does() -> None:
 
 def test_the_readers_parallel_setting_reaches_the_case_and_names_its_row() -> None:
     """--xmin-reader-parallel N: the readers' case runs with max_parallel_workers_per_gather
-    N in their sessions (docs/scaling.md, "A held xmin"), the idle holder's does not, and
-    the report says which setting the readers' row was measured with."""
+    N in their sessions (docs/explanation/scaling.md, "A held xmin"), the idle holder's does
+    not, and the report says which setting the readers' row was measured with."""
     systems = {"pgbaton": {"cases": ["held_xmin"]}}
     cases = ["held_xmin", "held_xmin_readers"]
     serial_plan = dataclasses.replace(QUICK, xmin_reader_parallel=0)

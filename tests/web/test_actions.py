@@ -38,7 +38,7 @@ def test_single_actions_change_the_row_and_redirect(
     row = db.execute("SELECT status, claim_token FROM jobs WHERE id = %s",
                      [jobs.running]).fetchone()
     # Cancelled, and still held by its running handler's token until that handler lets
-    # go or its lease ends (docs/guarantees.md): its key stays taken meanwhile.
+    # go or its lease ends (docs/explanation/guarantees.md): its key stays taken meanwhile.
     assert row["status"] == "cancelled" and row["claim_token"] is not None
     client.post(f"/jobs/{jobs.scheduled}/run-now", data={"csrf_token": token})
     due = db.execute("SELECT run_at <= now() AS due FROM jobs WHERE id = %s",

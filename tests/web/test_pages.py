@@ -138,9 +138,9 @@ def test_bad_input_is_a_clear_4xx_and_writes_nothing(
 
 def test_a_job_moved_to_the_history_is_listed_and_shown(
         client: TestClient, jobs: Jobs, queue, db: psycopg.Connection[DictRow]) -> None:
-    """A done job moved to jobs_history (docs/retention.md) is on the job list among the
-    others (not on a list of failed jobs) and has its page, args and result as they were;
-    its page's delete removes it from the history."""
+    """A done job moved to jobs_history (docs/explanation/retention.md) is on the job
+    list among the others (not on a list of failed jobs) and has its page, args and
+    result as they were; its page's delete removes it from the history."""
     db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id = %s",
                (jobs.done,))
     assert queue.archive(after=3600, partition=86400) == 1

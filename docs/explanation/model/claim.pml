@@ -1,7 +1,8 @@
 /*
  * The claim protocol of pgbaton, model-checked with spin: 3 workers, 2 jobs, an abstract
- * clock that runs leases out, a reaper. `make model` checks it; docs/model/README.md says
- * what is proven and how each transition maps to the SQL.
+ * clock that runs leases out, a reaper. `make model` checks it;
+ * docs/explanation/model/README.md says what is proven and how each transition maps to
+ * the SQL.
  *
  * Every transition below is one statement of src/pgbaton/sql/jobs.sql and is atomic,
  * as the statement is: its WHERE clause is the guard, its SET the effect.
@@ -43,7 +44,7 @@ byte current_claim[JOBS];
 #define held(j, t)    (status[j] == RUNNING && token[j] == t)
 #endif
 
-/* Invariants of docs/state_machine.md, checked between any two statements. */
+/* Invariants of docs/explanation/state_machine.md, checked between any two statements. */
 #define job_ok(j)     (attempts[j] <= MAX_ATTEMPTS \
                        && ((status[j] == RUNNING) == (token[j] != NONE)))
 

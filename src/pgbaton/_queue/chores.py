@@ -41,13 +41,14 @@ class Chores(QueueCore):
         seconds ago, at most `limit` of them; returns how many went."""
         return self.engine.prune(retention=retention, limit=limit)
 
-    # The history retention mode (docs/retention.md): done jobs move to jobs_history,
-    # partitioned by the time they finished, and leave it a partition at a time.
+    # The history retention mode (docs/explanation/retention.md): done jobs move to
+    # jobs_history, partitioned by the time they finished, and leave it a partition at a
+    # time.
 
     def archive(self, *, after: float, partition: float, limit: int = 10_000) -> int:
         """Move done jobs that finished more than `after` seconds ago to jobs_history,
-        in partitions `partition` seconds wide (docs/retention.md); returns how many
-        moved (engine.archive)."""
+        in partitions `partition` seconds wide (docs/explanation/retention.md); returns
+        how many moved (engine.archive)."""
         return self.engine.archive(after=after, partition=partition, limit=limit)
 
     def drop_history(self, *, retention: float) -> int:

@@ -38,8 +38,9 @@ from .job_writes_async import AsyncJobWrites
 class AsyncEnqueueing(AsyncJobWrites):
     """Adding jobs: enqueue, enqueue_once and enqueue_many."""
 
-    # enqueue_many writes a batch of at least this many jobs by COPY (docs/architecture.md,
-    # "Large batches by COPY"): below it the one INSERT statement is as fast.
+    # enqueue_many writes a batch of at least this many jobs by COPY
+    # (docs/explanation/architecture.md, "Large batches by COPY"): below it the one
+    # INSERT statement is as fast.
     copy_min_jobs: int = 500
 
     async def enqueue(
@@ -64,8 +65,10 @@ class AsyncEnqueueing(AsyncJobWrites):
         transaction. An idempotency key that a job of the same task already has returns
         that job's id (enqueue_once() also says whether the job is new). With after=,
         the job waits until those jobs are done; if one fails or is cancelled, it is
-        cancelled too, or runs anyway with after_failure="run" (docs/dependencies.md).
-        limit_key: the group whose per-key limits the job obeys (docs/flow_control.md).
+        cancelled too, or runs anyway with after_failure="run"
+        (docs/explanation/dependencies.md).
+        limit_key: the group whose per-key limits the job obeys
+        (docs/explanation/flow_control.md).
         unique: a job of the same unique key that blocks this one is kept (its id comes
         back), replaced or pushed back instead (docs/howto/unique.md)."""
         dependencies.check_after_failure("", after_failure)
@@ -204,7 +207,7 @@ class AsyncEnqueueing(AsyncJobWrites):
         or nothing: a key taken by another task's job raises and writes none of them.
         A job may carry `after` (job ids, or labels of jobs of this call), `label` and
         `after_failure`; with batch=, the jobs form a batch whose callbacks are enqueued
-        once, when the last of them ends (docs/dependencies.md)."""
+        once, when the last of them ends (docs/explanation/dependencies.md)."""
         dependencies.check_batch(batch)
         jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
         if batch is not None or dependencies.needs_plan(jobs):

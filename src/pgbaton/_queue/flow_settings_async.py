@@ -1,7 +1,7 @@
-"""Flow settings (async source), docs/flow_control.md: pause and resume a queue, its
-concurrency and rate limits (per queue and per limit key), priority aging, and the
-settings as stored. Each takes effect for the claims that begin after it: the engine
-reads the flow state again (engine.flow_changed).
+"""Flow settings (async source), docs/explanation/flow_control.md: pause and resume a
+queue, its concurrency and rate limits (per queue and per limit key), priority aging,
+and the settings as stored. Each takes effect for the claims that begin after it: the
+engine reads the flow state again (engine.flow_changed).
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ class AsyncFlowSettings(AsyncQueueCore):
         self, limits: Mapping[str, tuple[int | None, Rate | None]]
     ) -> None:
         """Write the limits an App declares (App.limit), each only where named: what a
-        worker does as it starts, so that code wins then (docs/flow_control.md)."""
+        worker does as it starts, so that code wins then
+        (docs/explanation/flow_control.md)."""
         for name, (concurrency, rate) in limits.items():
             if concurrency is not None:
                 await self.set_concurrency(name, concurrency)

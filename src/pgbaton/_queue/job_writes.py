@@ -263,7 +263,7 @@ class JobWrites(QueueCore):
                 rows = self._fetch("job_parents_lock", {"ids": plan.external}, held)
                 statuses = {row["id"]: (row["task"], row["status"]) for row in rows}
                 moved = [job_id for job_id in plan.external if job_id not in statuses]
-                if moved:  # done parents moved to jobs_history (docs/retention.md)
+                if moved:  # done parents moved to jobs_history (docs/explanation/retention.md)
                     rows = self._fetch("job_parents_archived", {"ids": moved}, held)
                     statuses |= {row["id"]: (row["task"], row["status"]) for row in rows}
             graph = plan.statement_params(statuses, self.schema)

@@ -1,10 +1,10 @@
 # WARNING: generated from scheduling_async.py by tools/async_to_sync.py: DO NOT EDIT.
 # Change scheduling_async.py and run `make generate`.
-"""Schedules (generated sync twin), docs/schedules.md: adding, changing, pausing, resuming,
-removing and running a schedule now, and listing them; and the maintenance leader's
-side (maintenance/services.py, Scheduler): the schedules due, their jobs enqueued with
-their progress in one transaction, and the code schedules an App declares. Built on
-the enqueue family, which writes a schedule's jobs (enqueue_many).
+"""Schedules (generated sync twin), docs/explanation/schedules.md: adding, changing, pausing,
+resuming, removing and running a schedule now, and listing them; and the maintenance
+leader's side (maintenance/services.py, Scheduler): the schedules due, their jobs
+enqueued with their progress in one transaction, and the code schedules an App declares.
+Built on the enqueue family, which writes a schedule's jobs (enqueue_many).
 """
 
 from __future__ import annotations
@@ -283,6 +283,6 @@ class Scheduling(Enqueueing):
         self, name: str, schedule: Schedule | Mapping[str, Any], by: str | None,
         **detail: Any,
     ) -> None:
-        """Hand a schedule's change to the subscribers (docs/events.md)."""
+        """Hand a schedule's change to the subscribers (docs/reference/events.md)."""
         if self.events.active:
             self.events.emit(schedule_event(name, schedule, by, **detail))

@@ -1,8 +1,8 @@
-"""Schedules (async source), docs/schedules.md: adding, changing, pausing, resuming,
-removing and running a schedule now, and listing them; and the maintenance leader's
-side (maintenance/services.py, Scheduler): the schedules due, their jobs enqueued with
-their progress in one transaction, and the code schedules an App declares. Built on
-the enqueue family, which writes a schedule's jobs (enqueue_many).
+"""Schedules (async source), docs/explanation/schedules.md: adding, changing, pausing,
+resuming, removing and running a schedule now, and listing them; and the maintenance
+leader's side (maintenance/services.py, Scheduler): the schedules due, their jobs
+enqueued with their progress in one transaction, and the code schedules an App declares.
+Built on the enqueue family, which writes a schedule's jobs (enqueue_many).
 """
 
 from __future__ import annotations
@@ -281,6 +281,6 @@ class AsyncScheduling(AsyncEnqueueing):
         self, name: str, schedule: Schedule | Mapping[str, Any], by: str | None,
         **detail: Any,
     ) -> None:
-        """Hand a schedule's change to the subscribers (docs/events.md)."""
+        """Hand a schedule's change to the subscribers (docs/reference/events.md)."""
         if self.events.active:
             self.events.emit(schedule_event(name, schedule, by, **detail))

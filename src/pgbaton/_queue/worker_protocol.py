@@ -65,7 +65,8 @@ class WorkerProtocol(QueueCore):
         """Claim up to `limit` claimable jobs in one statement, committed at once. With
         `tasks`, only jobs of those tasks (the ones this worker can run) are claimed;
         jobs of other tasks stay pending, their attempts untouched. Paused queues give
-        none, limited queues no more than their limits allow (docs/flow_control.md)."""
+        none, limited queues no more than their limits allow
+        (docs/explanation/flow_control.md)."""
         return (self.engine.claim_batch(
             worker_id, limit=limit, lease=lease, queues=queues, tasks=tasks
         )).claims

@@ -50,7 +50,7 @@ def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
                    "move done jobs without an idempotency key finished --history-after "
                    "seconds ago to jobs_history and drop its partitions past "
                    "--older-than, then delete the rest past --older-than "
-                   "(docs/retention.md).")
+                   "(docs/explanation/retention.md).")
 @click.option("--history-after", type=NumberRange(min=0), default=3600.0,
               show_default=True, help="With --retention-mode history: seconds since a "
                                       "done job finished before it moves.")

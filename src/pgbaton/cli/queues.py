@@ -1,5 +1,5 @@
 """`pgbaton queue`: show, pause, resume, limit and age queues at run time, without
-restarting workers (docs/flow_control.md)."""
+restarting workers (docs/explanation/flow_control.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`pgbaton schedule`: add, list, change, pause, resume, run now and remove the
-schedules stored in the database, without a deploy or a restart (docs/schedules.md)."""
+schedules stored in the database, without a deploy or a restart
+(docs/explanation/schedules.md)."""
 
 from __future__ import annotations
 

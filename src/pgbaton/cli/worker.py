@@ -77,12 +77,12 @@ logger = logging.getLogger("pgbaton.cli")
               default=DEFAULT_RETENTION_MODE, show_default=True,
               help="How the leader's pruner takes finished jobs out of the jobs table: "
                    "delete them, or move done ones to jobs_history first "
-                   "(docs/retention.md).")
+                   "(docs/explanation/retention.md).")
 @click.option("--vacuum-dead-tuples", type=WholeNumberRange(0, INT4_MAX), default=50_000,
               show_default=True,
               help="The leader VACUUMs the jobs table once it counts this many dead row "
                    "versions (and 5% of the live ones), so that claims do not read over "
-                   "them (docs/scaling.md).")
+                   "them (docs/explanation/scaling.md).")
 @click.option("--no-vacuum", is_flag=True,
               help="Leave the jobs table to autovacuum: the leader never VACUUMs it.")
 @click.option("--no-job-logs", is_flag=True,

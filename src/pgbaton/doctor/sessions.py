@@ -108,7 +108,7 @@ def old_transactions(inspection: Inspection) -> Finding:
             "and completion leaves, and claims slow down as they pile up at the head of "
             "the claim's index: commit or end them (SELECT pg_terminate_backend(pid); "
             "COMMIT PREPARED or ROLLBACK PREPARED 'gid'), and keep transactions short "
-            "(docs/scaling.md, \"A held xmin\")",
+            "(docs/explanation/scaling.md, \"A held xmin\")",
             data,
         )
     if idle_slots:

@@ -6,7 +6,7 @@ version 3 gets a new revision calling `upgrade(op, 3)`. The statements are pgbat
 own migrations, run on the revision's connection inside its transaction, under the
 same advisory lock as `pgbaton migrate`, so the two routes can be mixed: what a schema
 already has is skipped. Offline (`alembic upgrade --sql`) the DDL is not written out;
-use `pgbaton schema --sql --from N` for that route (docs/frameworks.md).
+use `pgbaton schema --sql --from N` for that route (docs/howto/frameworks.md).
 
     from alembic import op
     from pgbaton.integrations import alembic as pgbaton_alembic

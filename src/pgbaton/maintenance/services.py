@@ -65,13 +65,14 @@ class Reaper:
         return reaped
 
 
-# How finished jobs leave the jobs table (WorkerConfig.retention_mode, docs/retention.md):
-# "delete" deletes every finished job after the retention; "history" moves done jobs
-# without an explicit idempotency key to the partitioned jobs_history after
-# history_after, drops its partitions whole after the retention, and deletes the rest
-# after the retention as "delete" does. The one default, for the worker, the Pruner and
-# `pgbaton prune`: "history", which kept the hot table at 0.40x the size for 0.62x the
-# autovacuum time in the side-by-side soak (docs/retention.md, benchmarks/results/soak.md).
+# How finished jobs leave the jobs table (WorkerConfig.retention_mode,
+# docs/explanation/retention.md): "delete" deletes every finished job after the
+# retention; "history" moves done jobs without an explicit idempotency key to the
+# partitioned jobs_history after history_after, drops its partitions whole after the
+# retention, and deletes the rest after the retention as "delete" does. The one default,
+# for the worker, the Pruner and `pgbaton prune`: "history", which kept the hot table at
+# 0.40x the size for 0.62x the autovacuum time in the side-by-side soak
+# (docs/explanation/retention.md, benchmarks/results/soak.md).
 RETENTION_MODES = ("delete", "history")
 DEFAULT_RETENTION_MODE = "history"
 
@@ -84,9 +85,9 @@ class Pruner:
     on while its batches come back full, for up to BUDGET_SECONDS a run (the reaper
     runs on the same leader and must not wait long); when it had to stop there, the
     next run comes after BEHIND_INTERVAL instead of the full interval. So a queue that
-    finishes more than one batch per interval does not outgrow it (docs/scaling.md).
-    run_once() returns the count of each event: job.archived, history.dropped,
-    job.pruned."""
+    finishes more than one batch per interval does not outgrow it
+    (docs/explanation/scaling.md). run_once() returns the count of each event:
+    job.archived, history.dropped, job.pruned."""
 
     name = "pruner"
     event = "job.pruned"
@@ -164,7 +165,7 @@ class Pruner:
 
 class Vacuumer:
     """VACUUMs the jobs table when its dead row versions pass a threshold, so that the
-    claim does not read over them (docs/scaling.md, "The claim's dead head").
+    claim does not read over them (docs/explanation/scaling.md, "The claim's dead head").
 
     Every claim leaves behind the entry of its job in jobs_claimable, marked dead by
     the next index scan but kept until a VACUUM removes it; those entries gather at
@@ -234,8 +235,8 @@ class Vacuumer:
 
 class Ager:
     """Priority aging: raises the priority of jobs that have waited long in queues that
-    ask for it (docs/flow_control.md). Each queue's own `every` decides when its pass is
-    due; this only looks that often."""
+    ask for it (docs/explanation/flow_control.md). Each queue's own `every` decides when
+    its pass is due; this only looks that often."""
 
     name = "ager"
     event = None
@@ -258,15 +259,15 @@ class Ager:
 
 
 class Scheduler:
-    """Enqueues the ticks of the schedules table's due rows (docs/schedules.md): each
-    run reads the rows whose next tick has passed, plans their ticks with the row's
-    catch-up policy, and enqueues them all with the rows' progress in one transaction,
-    keyed by the schedule and the tick so that a tick is enqueued once however many
-    leaders come and go. Nothing is kept between runs but the clean-up's time: a
-    change to a row holds from the next run. `clock` gives now (tests drive it);
-    `sync` writes the App's code schedules, at the first run of each term. A row this
-    host cannot plan (a time zone its tz database lacks, a cron written by hand) is
-    left out, with one warning, until its definition changes."""
+    """Enqueues the ticks of the schedules table's due rows
+    (docs/explanation/schedules.md): each run reads the rows whose next tick has passed,
+    plans their ticks with the row's catch-up policy, and enqueues them all with the
+    rows' progress in one transaction, keyed by the schedule and the tick so that a tick
+    is enqueued once however many leaders come and go. Nothing is kept between runs but
+    the clean-up's time: a change to a row holds from the next run. `clock` gives now
+    (tests drive it); `sync` writes the App's code schedules, at the first run of each
+    term. A row this host cannot plan (a time zone its tz database lacks, a cron written
+    by hand) is left out, with one warning, until its definition changes."""
 
     name = "scheduler"
     event = None

@@ -97,9 +97,9 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 -- One page of jobs, newest first, by keyset: `before` is the smallest id of the page
 -- before (NULL for the first page). Never OFFSET: a page deep in the table costs what
 -- the first one does. The list shows a job's last error, not all of them. Done jobs
--- moved to jobs_history (the history retention mode, docs/retention.md) are listed
--- with the others: each table gives its newest matching page by its id index and the
--- two are merged. The history is read only when the filter may hold done jobs (this
+-- moved to jobs_history (the history retention mode, docs/explanation/retention.md) are
+-- listed with the others: each table gives its newest matching page by its id index and
+-- the two are merged. The history is read only when the filter may hold done jobs (this
 -- pool plans for the values given, so a list of failed jobs never walks it).
 SELECT paged.* FROM (
     (SELECT id, queue, task, status,

@@ -1,6 +1,6 @@
--- Dependencies and batches (docs/dependencies.md): the enqueue of jobs that wait for
--- other jobs or form a batch, and the look-ups. The releasing and counting happen in
--- the jobs_ended trigger (schema.sql), whatever statement ends a job.
+-- Dependencies and batches (docs/explanation/dependencies.md): the enqueue of jobs that
+-- wait for other jobs or form a batch, and the look-ups. The releasing and counting
+-- happen in the jobs_ended trigger (schema.sql), whatever statement ends a job.
 
 -- name: job_parents_lock
 -- The first step of an enqueue with parents: lock them in id order (two enqueues never
@@ -19,9 +19,9 @@ RETURNING j.id, j.task, j.status;
 
 -- name: job_parents_archived
 -- Parents job_parents_lock did not find that were moved to jobs_history (the history
--- retention mode, docs/retention.md): done for good (a moved job is never retried or
--- changed), so they need no lock and count as finished. Read in a statement after the
--- lock, so a parent moved while the lock waited for it is found here.
+-- retention mode, docs/explanation/retention.md): done for good (a moved job is never
+-- retried or changed), so they need no lock and count as finished. Read in a statement
+-- after the lock, so a parent moved while the lock waited for it is found here.
 SELECT id, task, status FROM __schema__.jobs_history WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: batch_insert
@@ -37,7 +37,8 @@ RETURNING id;
 -- is new. The ids are drawn in `order` (the positions with every job after its
 -- parents of the call), so every job's id is above its parents': the claim's per-key
 -- order counts an older waiting job, which must never be a job's own descendant
--- (docs/guarantees.md, "Per-key order"). The ids still come back in input order.
+-- (docs/explanation/guarantees.md, "Per-key order"). The ids still come back in input
+-- order.
 WITH input AS (
     SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
     FROM (

@@ -196,9 +196,9 @@ GROUP BY queue
 ORDER BY queue;
 
 -- name: doctor_history_size
--- The history retention mode's jobs_history (docs/retention.md): how many partitions and
--- how many bytes, from the catalogue alone. No table (a schema before migration 8):
--- none and 0.
+-- The history retention mode's jobs_history (docs/explanation/retention.md): how many
+-- partitions and how many bytes, from the catalogue alone. No table (a schema before
+-- migration 8): none and 0.
 SELECT count(i.inhrelid) AS partitions,
        coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint AS bytes
 FROM pg_inherits AS i

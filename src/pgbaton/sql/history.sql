@@ -1,9 +1,9 @@
--- The history retention mode (docs/retention.md): done jobs move from jobs to the
--- partitioned jobs_history and leave it a partition at a time. The leader's pruner and
--- `pgbaton prune` run these, a few times a minute at most, so each step is a statement
--- of its own run from Python (AsyncQueue.archive and drop_history, the partition
--- arithmetic in pgbaton/history.py): a round trip costs nothing here, and a plain
--- statement is read, planned and changed like every other.
+-- The history retention mode (docs/explanation/retention.md): done jobs move from jobs
+-- to the partitioned jobs_history and leave it a partition at a time. The leader's
+-- pruner and `pgbaton prune` run these, a few times a minute at most, so each step is a
+-- statement of its own run from Python (AsyncQueue.archive and drop_history, the
+-- partition arithmetic in pgbaton/history.py): a round trip costs nothing here, and a
+-- plain statement is read, planned and changed like every other.
 --
 -- Two advisory locks, keyed by jobs_history's oid so that two schemas never share them:
 -- 'pgbaton.history', shared by every mover until its transaction ends and taken alone by

@@ -1,7 +1,8 @@
 -- The jobs table: enqueue, claim, the worker's fenced writes, the reaper, reads,
 -- retention and the operator's actions.
 -- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
--- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
 
 -- name: job_insert
 -- A job without an idempotency key: a plain insert, the cheapest there is.
@@ -16,7 +17,7 @@ RETURNING id;
 -- A job with an idempotency key: inserted, or the job of the same task that already has
 -- the key. ON CONFLICT names no index so that it also skips a conflict in the previous
 -- release's global index, which the key of another task's job may hit: then no row
--- comes back, and the caller finds and names that job (docs/guarantees.md).
+-- comes back, and the caller finds and names that job (docs/explanation/guarantees.md).
 WITH inserted AS (
     INSERT INTO __schema__.jobs
         (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
@@ -167,7 +168,7 @@ LIMIT 1;
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs, none cancelled (or retried since)
 -- is still held by its old handler, and none older is pending or waiting for its
--- parents (docs/guarantees.md, "Per-key order"). With tasks given, only
+-- parents (docs/explanation/guarantees.md, "Per-key order"). With tasks given, only
 -- jobs of those tasks are candidates (a worker claims what it can run): jobs of other
 -- tasks at the head of the index are stepped over, one index entry each.
 -- Two arms, of which the CASE runs one: without queues, the head of jobs_claimable (the
@@ -191,10 +192,10 @@ LIMIT 1;
 -- as far as the LIMIT needs, so no row is locked that is not claimed. What became
 -- pending behind the mark (a reaped job, a dependency's child, the next job of a key
 -- that was busy) waits for the next claim from the head: a second away, or ten times
--- that claim's length when it is longer, at most 30 s (docs/scaling.md, "A held xmin").
--- The candidates travel as one array, joined with id = ANY(...): the plan is then the
--- same whatever the LIMIT (the head of an index, then the primary key), so the
--- worker's connections keep one generic plan instead of planning every claim.
+-- that claim's length when it is longer, at most 30 s (docs/explanation/scaling.md, "A
+-- held xmin"). The candidates travel as one array, joined with id = ANY(...): the plan
+-- is then the same whatever the LIMIT (the head of an index, then the primary key), so
+-- the worker's connections keep one generic plan instead of planning every claim.
 -- The claim's commit does not wait for the disk (synchronous_commit off for this one
 -- transaction): a claim lost in a server crash leaves the job as it was, which is what
 -- an expired lease does anyway, and the holder's fenced completion then returns False.
@@ -207,8 +208,8 @@ LIMIT 1;
 -- once: what stays counted are the holds its workers died in, until an operator's retry
 -- counts afresh. A job held 3 times so is started at its claim, wherever it
 -- stands in the batch, so a job that kills its worker before it starts spends its
--- attempts instead of coming back for ever (docs/architecture.md, "Claiming ahead sized
--- by the worker").
+-- attempts instead of coming back for ever (docs/explanation/architecture.md, "Claiming
+-- ahead sized by the worker").
 WITH candidate AS (
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
         SELECT array_agg(every.id)
@@ -233,12 +234,13 @@ WITH candidate AS (
               AND c.priority >= part.low AND c.priority <= part.high
               AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
               AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-              -- Paused and limited queues are job_claim_flow's (docs/flow_control.md): one
-              -- read of the small queues table per claim, hashed, then a probe per row.
-              -- NOT IN on purpose: the planner prices a subquery's filter at one half,
-              -- where `queue <> ALL(array)` would be priced by the queue column's
-              -- statistics, near zero when one queue has all the jobs: a claim that seems
-              -- to read the whole index (and gets JIT-compiled, 60 ms).
+              -- Paused and limited queues are job_claim_flow's
+              -- (docs/explanation/flow_control.md): one read of the small queues table
+              -- per claim, hashed, then a probe per row. NOT IN on purpose: the planner
+              -- prices a subquery's filter at one half, where `queue <> ALL(array)`
+              -- would be priced by the queue column's statistics, near zero when one
+              -- queue has all the jobs: a claim that seems to read the whole index (and
+              -- gets JIT-compiled, 60 ms).
               AND c.queue NOT IN (
                     SELECT q.name FROM __schema__.queues AS q
                     WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
@@ -365,13 +367,14 @@ claimed AS (
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 
 -- name: job_claim_flow
--- The claim when some queue is paused or limited (docs/flow_control.md): the function
--- job_claim_flow in schema.sql locks the limited queues' rows, counts what they hold
--- and started after the lock, and claims queue by queue from jobs_queue_claimable. It
--- returns the claimed jobs in claim order and, when a rate-limited queue is full, one
--- more row with no job whose next_slot_at says when its next start is due. `finished`:
--- the worker's jobs whose handlers ended and whose outcomes are not written yet, which
--- no longer count against their limits (NULL: none). `starting` as in job_claim_many.
+-- The claim when some queue is paused or limited (docs/explanation/flow_control.md):
+-- the function job_claim_flow in schema.sql locks the limited queues' rows, counts what
+-- they hold and started after the lock, and claims queue by queue from
+-- jobs_queue_claimable. It returns the claimed jobs in claim order and, when a
+-- rate-limited queue is full, one more row with no job whose next_slot_at says when its
+-- next start is due. `finished`: the worker's jobs whose handlers ended and whose
+-- outcomes are not written yet, which no longer count against their limits (NULL:
+-- none). `starting` as in job_claim_many.
 SELECT * FROM __schema__.job_claim_flow(
     %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[],
     %(finished)s::uuid[], %(starting)s::integer);
@@ -676,9 +679,9 @@ RETURNING j.id, j.status;
 -- A running job keeps its claim token and lease: its handler may still be running, so
 -- its key stays held until the holder releases it or the lease runs out. The holder's
 -- heartbeat and completion no longer match (status is not 'running'): it learns at its
--- next heartbeat that it lost the job. A waiting job (docs/dependencies.md) may be
--- cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A job that
--- waited for an event waits no more (jobs_waiting_event_only_pending).
+-- next heartbeat that it lost the job. A waiting job (docs/explanation/dependencies.md)
+-- may be cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A
+-- job that waited for an event waits no more (jobs_waiting_event_only_pending).
 UPDATE __schema__.jobs
 SET status = 'cancelled', finished_at = now(), waiting_event = NULL
 WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
@@ -718,8 +721,9 @@ WHERE id = %(id)s;
 
 -- name: job_get_archived
 -- A job that job_get did not find may have been moved to jobs_history (the history
--- retention mode, docs/retention.md): read after job_get, never before, so a job moved
--- between the two is found here (a move is one statement, and jobs never move back).
+-- retention mode, docs/explanation/retention.md): read after job_get, never before, so
+-- a job moved between the two is found here (a move is one statement, and jobs never
+-- move back).
 SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
        idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
        started_at, finished_at, batch_id, waiting_for, meta,
@@ -771,12 +775,12 @@ WHERE id IN (
 RETURNING id;
 
 -- name: jobs_vacuum_state
--- The leader's vacuum (maintenance/services.py, Vacuumer; docs/scaling.md, "The claim's
--- dead head"): the jobs table's dead and live row versions as the statistics count
--- them, and whether this role may VACUUM it, as PostgreSQL decides: a superuser, the table's
--- owner or the database's (or a role with their privileges), and from PostgreSQL 17 a
--- role granted MAINTAIN on it. The CASE keeps MAINTAIN away from older servers, which
--- do not know it.
+-- The leader's vacuum (maintenance/services.py, Vacuumer; docs/explanation/scaling.md,
+-- "The claim's dead head"): the jobs table's dead and live row versions as the
+-- statistics count them, and whether this role may VACUUM it, as PostgreSQL decides: a
+-- superuser, the table's owner or the database's (or a role with their privileges), and
+-- from PostgreSQL 17 a role granted MAINTAIN on it. The CASE keeps MAINTAIN away from
+-- older servers, which do not know it.
 SELECT coalesce(s.n_dead_tup, 0) AS dead, coalesce(s.n_live_tup, 0) AS live,
        current_user AS role,
        (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user)
@@ -815,9 +819,9 @@ WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled', 'wait
 RETURNING id;
 
 -- name: job_delete_archived
--- A done job moved to jobs_history (docs/retention.md), deleted by an operator (its
--- args may be what must go) before its partition is dropped; tried after job_delete.
--- Its log lines (job_logs) go with it.
+-- A done job moved to jobs_history (docs/explanation/retention.md), deleted by an
+-- operator (its args may be what must go) before its partition is dropped; tried after
+-- job_delete. Its log lines (job_logs) go with it.
 WITH deleted AS (
     DELETE FROM __schema__.jobs_history WHERE id = %(id)s RETURNING id
 ),

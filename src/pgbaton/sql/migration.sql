@@ -1,6 +1,7 @@
 -- The schema and its version: what migrate() runs around the numbered migrations.
 -- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
--- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
 
 -- name: migration_lock
 SELECT pg_advisory_xact_lock(hashtext('pgbaton.migrate.' || %(schema)s));

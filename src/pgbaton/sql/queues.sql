@@ -1,6 +1,7 @@
 -- The queues table: flow control (pause, limits, rates, aging) and per-queue reads.
 -- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
--- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
 
 -- name: queue_flow_state
 -- What the claim needs to know, cheaply: whether any queue is paused or limited (then
@@ -125,8 +126,8 @@ ORDER BY named.name;
 -- Per queue, the jobs of jobs by state (pending due, scheduled not yet, models.STATES)
 -- and whether the queue is paused; `done` counts the done jobs moved to
 -- jobs_history as well, so it means the same in both retention modes: the done jobs
--- kept (docs/retention.md). Each table is read whole, as in delete mode, where the
--- same rows sit in jobs.
+-- kept (docs/explanation/retention.md). Each table is read whole, as in delete mode,
+-- where the same rows sit in jobs.
 SELECT coalesce(j.queue, h.queue) AS queue,
        coalesce(j.pending, 0) AS pending,
        coalesce(j.scheduled, 0) AS scheduled,

@@ -1,7 +1,7 @@
--- The schedules table (docs/schedules.md): periodic jobs defined in code or at run time.
--- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
--- Fire times are computed by the client (pgbaton.cron) and passed in: cron and time
--- zones are Python's business, the table records the result. Every change of a
+-- The schedules table (docs/explanation/schedules.md): periodic jobs defined in code or
+-- at run time. __schema__ is replaced by the quoted schema name; %(name)s are bound
+-- parameters. Fire times are computed by the client (pgbaton.cron) and passed in: cron
+-- and time zones are Python's business, the table records the result. Every change of a
 -- definition or of the pause raises `revision`, which fences the leader's progress.
 
 -- name: schedule_insert

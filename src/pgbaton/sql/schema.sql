@@ -21,7 +21,8 @@ CREATE TABLE __schema__.jobs (
     created_at      timestamptz NOT NULL DEFAULT now(),
     started_at      timestamptz,
     finished_at     timestamptz,
-    -- The group whose per-key limits count the job (migration 4; docs/flow_control.md).
+    -- The group whose per-key limits count the job (migration 4;
+    -- docs/explanation/flow_control.md).
     limit_key       text,
     -- Some job waits for this one: its end runs the jobs_ended trigger.
     has_dependents  boolean     NOT NULL DEFAULT false,
@@ -56,7 +57,8 @@ CREATE TABLE __schema__.jobs (
     -- and neither started it nor handed it back: its worker died holding it (migration
     -- 21). The claim counts the hold, the start and the release take it back. From 3,
     -- the claim records the job's start at once, so a job that kills its worker before
-    -- it starts spends its attempts (docs/architecture.md, "Claiming ahead sized by the worker").
+    -- it starts spends its attempts (docs/explanation/architecture.md, "Claiming ahead
+    -- sized by the worker").
     holds           smallint    NOT NULL DEFAULT 0,
     CONSTRAINT jobs_unique_whole CHECK ((unique_key IS NULL) = (unique_states IS NULL)),
     CONSTRAINT jobs_status_known
@@ -64,8 +66,8 @@ CREATE TABLE __schema__.jobs (
     CONSTRAINT jobs_waiting_for_parents
         CHECK (waiting_for >= 0 AND (status <> 'waiting' OR waiting_for > 0)),
     -- A running job holds a token and a lease; a cancelled (or since retried) job keeps
-    -- its old holder's until the holder lets go (docs/state_machine.md); done and failed
-    -- jobs hold neither.
+    -- its old holder's until the holder lets go (docs/explanation/state_machine.md);
+    -- done and failed jobs hold neither.
     CONSTRAINT jobs_token_while_held CHECK (
         CASE status
             WHEN 'running' THEN claim_token IS NOT NULL AND lease_until IS NOT NULL
@@ -78,7 +80,7 @@ CREATE TABLE __schema__.jobs (
     CONSTRAINT jobs_args_is_object CHECK (jsonb_typeof(args) = 'object'),
     -- Migration 22: a rule the statements keep, and the database enforces at the cost
     -- of one test per row written, where a BEFORE row trigger cost a row lock and its
-    -- WAL record on every update of a job (docs/performance.md).
+    -- WAL record on every update of a job (docs/explanation/performance.md).
     CONSTRAINT jobs_waiting_event_only_pending
         CHECK (waiting_event IS NULL OR status = 'pending')
 ) WITH (
@@ -170,8 +172,8 @@ CREATE TRIGGER jobs_notify_inserted
     REFERENCING NEW TABLE AS inserted_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION __schema__.jobs_notify_inserted();
 
--- Flow control (migration 4, docs/flow_control.md): queue settings, the starts of rate-limited
--- queues, and the claim that obeys them.
+-- Flow control (migration 4, docs/explanation/flow_control.md): queue settings, the
+-- starts of rate-limited queues, and the claim that obeys them.
 
 -- One row per queue that has a setting; a queue without a row has none.
 CREATE TABLE __schema__.queues (
@@ -185,9 +187,9 @@ CREATE TABLE __schema__.queues (
     rate_limit  integer,
     rate_period interval,
     updated_at  timestamptz NOT NULL DEFAULT now(),
-    -- Priority aging (docs/flow_control.md): every aging_every, the leader raises the
-    -- priority of the queue's jobs that have been due that long by aging_step, up to
-    -- aging_cap; aged_at is its last pass.
+    -- Priority aging (docs/explanation/flow_control.md): every aging_every, the leader
+    -- raises the priority of the queue's jobs that have been due that long by
+    -- aging_step, up to aging_cap; aged_at is its last pass.
     aging_every interval,
     aging_step  integer,
     aging_cap   integer,
@@ -243,7 +245,7 @@ CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
 CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
     WHERE lease_until IS NOT NULL AND limit_key IS NOT NULL AND queue <> '';
 
--- The claim of a fleet that has flow control (docs/flow_control.md). A function
+-- The claim of a fleet that has flow control (docs/explanation/flow_control.md). A function
 -- because each statement in it takes a fresh snapshot: the queue rows are locked
 -- first, and the held jobs and starts are counted after the lock is granted, so a
 -- claim committed by the previous holder of the lock is always counted. One statement
@@ -491,7 +493,7 @@ BEGIN
 END;
 $$;
 
--- Dependencies and batches (migration 5, docs/dependencies.md).
+-- Dependencies and batches (migration 5, docs/explanation/dependencies.md).
 
 -- Dependencies: which jobs wait for which. No foreign keys: they would add a check to
 -- every insert and delete of an ordinary job. The trigger below keeps the rows honest:
@@ -508,7 +510,8 @@ CREATE TABLE __schema__.job_dependencies (
 CREATE INDEX job_dependencies_child ON __schema__.job_dependencies (child_id);
 
 -- Batches: jobs enqueued together whose callbacks are enqueued once, when the last of
--- them ends (docs/dependencies.md). jobs_left is decremented under the row's lock.
+-- them ends (docs/explanation/dependencies.md). jobs_left is decremented under the
+-- row's lock.
 CREATE TABLE __schema__.batches (
     id          bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
     jobs        integer     NOT NULL,
@@ -712,9 +715,9 @@ CREATE TRIGGER jobs_ended_by_delete
 -- its parents has not finished (done, or ended when it may run after a failure). The
 -- parents are locked FOR SHARE, in id order, for the count: an end in flight is waited
 -- for and counted; a later one waits for the retry's transaction and then finds the job
--- waiting (docs/dependencies.md). A job without parents reads nothing and is pending.
--- A function the statements call, not a BEFORE trigger (as up to migration 22): such a
--- trigger locks the row of every update of a job before its WHEN is tested.
+-- waiting (docs/explanation/dependencies.md). A job without parents reads nothing and
+-- is pending. A function the statements call, not a BEFORE trigger (as up to migration
+-- 22): such a trigger locks the row of every update of a job before its WHEN is tested.
 CREATE FUNCTION __schema__.job_retry_status(
     job_id bigint, has_parents boolean, OUT status text, OUT waiting_for integer)
 LANGUAGE plpgsql AS $$
@@ -740,7 +743,8 @@ BEGIN
 END;
 $$;
 
--- The history table of the "history" retention mode (migration 8, docs/retention.md).
+-- The history table of the "history" retention mode (migration 8,
+-- docs/explanation/retention.md).
 
 -- Done jobs moved out of `jobs` by the mover (job_history_move), kept until their
 -- partition is dropped whole: a drop leaves no dead rows for autovacuum, as a DELETE
@@ -1159,7 +1163,7 @@ CREATE TRIGGER job_logs_follow_delete
     REFERENCING OLD TABLE AS deleted_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION __schema__.job_logs_follow_delete();
 
--- Schedules stored in the database (docs/schedules.md).
+-- Schedules stored in the database (docs/explanation/schedules.md).
 CREATE TABLE __schema__.schedules (
     name           text        PRIMARY KEY,
     cron           text        NOT NULL,
@@ -1198,9 +1202,9 @@ CREATE INDEX schedules_due ON __schema__.schedules (next_tick)
     WHERE NOT paused AND missing_since IS NULL;
 
 -- One row per worker process, written by its presence beat (worker/presence.py) every
--- few seconds and deleted when it stops (migrations/*_workers.sql, docs/dashboard.md, "Workers").
--- A row whose seen_at is old is a worker that died without saying so; each beat
--- deletes the rows older than a day.
+-- few seconds and deleted when it stops (migrations/*_workers.sql,
+-- docs/howto/dashboard-metrics-traces.md, "Workers"). A row whose seen_at is old is a
+-- worker that died without saying so; each beat deletes the rows older than a day.
 CREATE TABLE __schema__.workers (
     worker_id   text        PRIMARY KEY,
     host        text        NOT NULL,

@@ -1,6 +1,7 @@
 -- The server and the session: which version answers, is it alive, LISTEN.
 -- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
--- Each state change guards, in SQL, the state it leaves (docs/state_machine.md).
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
 
 -- name: server_version
 SELECT current_setting('server_version_num')::int AS version_num,

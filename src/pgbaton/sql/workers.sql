@@ -1,6 +1,6 @@
--- The workers table (docs/dashboard.md, "Workers"): each worker process's row, written
--- by its presence beat (worker/presence.py), read by the dashboard's /workers page.
--- __schema__ is the quoted schema.
+-- The workers table (docs/howto/dashboard-metrics-traces.md, "Workers"): each worker
+-- process's row, written by its presence beat (worker/presence.py), read by the
+-- dashboard's /workers page. __schema__ is the quoted schema.
 
 -- name: worker_beat
 -- A worker says it is alive: its row inserted or refreshed, and the rows of workers not

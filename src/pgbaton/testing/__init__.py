@@ -8,7 +8,7 @@
     wait_for_job / wait_for_job_async   until that worker has finished a job
 
 The pytest plugin (pgbaton.testing.plugin, on with `pgbaton = true`) adds fixtures for a
-migrated, empty schema. docs/testing.md shows each helper with an example that runs as
+migrated, empty schema. docs/howto/testing.md shows each helper with an example that runs as
 a test.
 """
 

@@ -2,7 +2,7 @@
 
 Its URLs are a contract (bookmarks and scripts use them): / the overview, /jobs the
 list (filters as query parameters), /jobs/<id> one job, /queues, /workers, /periodic (the
-schedules, docs/schedules.md), /health,
+schedules, docs/explanation/schedules.md), /health,
 /healthz, /metrics. Pages are GETs and never write; every action is a POST with a CSRF
 token, and every refusal is a 4xx page that says why. Mounted under a prefix, links
 follow the mount (root_path).

@@ -29,8 +29,8 @@ class QueuePages(Board):
         })
 
     async def queue_act(self, request: Request) -> Response:
-        """Pause or resume one queue (docs/flow_control.md); the name is a form field,
-        since a queue name may hold any character."""
+        """Pause or resume one queue (docs/explanation/flow_control.md); the name is a
+        form field, since a queue name may hold any character."""
         action = request.path_params["action"]
         form = await request.form()
         name = form.get("queue")
@@ -42,9 +42,9 @@ class QueuePages(Board):
         return RedirectResponse(f"{base}/queues?done={action}", status_code=303)
 
     async def workers(self, request: Request) -> Response:
-        """Every worker of the workers table, idle ones too (docs/dashboard.md,
-        "Workers"), and those holding jobs that the table does not know (a previous
-        release's workers)."""
+        """Every worker of the workers table, idle ones too
+        (docs/howto/dashboard-metrics-traces.md, "Workers"), and those holding jobs that
+        the table does not know (a previous release's workers)."""
         rows = await self.store.workers(STALE_SECONDS)
         known = {row["worker_id"] for row in rows}
         holders = [w for w in await self.store.fetch("dashboard_workers")

@@ -23,8 +23,8 @@ class SchedulePages(Board):
     """GET /periodic and /tasks; POST /periodic/<action>."""
 
     async def periodic(self, request: Request) -> Response:
-        """Every schedule of the table (docs/schedules.md): its next five fire times in
-        its zone, its last job, its state; forms for full access."""
+        """Every schedule of the table (docs/explanation/schedules.md): its next five
+        fire times in its zone, its last job, its state; forms for full access."""
         now = dt.datetime.now(dt.UTC)
         schedules = []
         for schedule in await self.queue.schedules():
@@ -99,7 +99,7 @@ class SchedulePages(Board):
         options: dict[str, Any] = {
             "timezone": field.get("timezone") or "UTC",
             "catch_up": field.get("catch_up") or "skip", "catch_up_limit": int(limit),
-            # Empty: the task's own (docs/schedules.md, the table).
+            # Empty: the task's own (docs/explanation/schedules.md, the table).
             "queue": field.get("queue") or None,
             "priority": _optional_number(field, "priority", INT4_MIN),
             "max_attempts": _optional_number(field, "max_attempts", 1),

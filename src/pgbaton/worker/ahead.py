@@ -1,6 +1,7 @@
 """How many jobs a worker claims ahead when it sizes them itself (`claim_ahead="auto"`):
 enough to keep its slots busy while its next claim is in flight, and never more than it
-runs in about TARGET_WAIT_SECONDS (docs/architecture.md, "Claiming ahead sized by the worker").
+runs in about TARGET_WAIT_SECONDS (docs/explanation/architecture.md, "Claiming ahead
+sized by the worker").
 
     ahead = 0                                         no backlog (the last claim came
                                                       back short of what it asked)

@@ -63,8 +63,8 @@ class Completer:
         await self._write_extras(batch)
         await self._write_outcomes(batch)
         # After the slots are free here: other workers of a limited queue may be waiting
-        # for the room these jobs made (docs/flow_control.md). A wake-up that fails is
-        # not retried: those workers poll.
+        # for the room these jobs made (docs/explanation/flow_control.md). A wake-up
+        # that fails is not retried: those workers poll.
         try:
             await self._queue.engine.notify_freed(freed)
         except Exception as error:

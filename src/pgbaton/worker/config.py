@@ -31,13 +31,13 @@ class WorkerConfig:
     # Jobs claimed beyond the free slots, to wait in the worker for one: larger claims
     # and no slot idle while a claim is in flight, at the price of jobs held before
     # they start, which other workers cannot take, and of a start write for each batch
-    # of them (docs/architecture.md, "Claiming ahead"). 0 (the default): claim only for
-    # free slots. "auto": while a backlog waits, about what this worker runs in
-    # TARGET_WAIT_SECONDS (worker/ahead.py), none otherwise and none for limited or
-    # rate-limited queues, and a job held past HOLD_LIMIT_SECONDS is handed back
+    # of them (docs/explanation/architecture.md, "Claiming ahead"). 0 (the default):
+    # claim only for free slots. "auto": while a backlog waits, about what this worker
+    # runs in TARGET_WAIT_SECONDS (worker/ahead.py), none otherwise and none for limited
+    # or rate-limited queues, and a job held past HOLD_LIMIT_SECONDS is handed back
     # ("Claiming ahead sized by the worker"). A number: always that many. Not on by
     # default: on a 2-core machine whose server is the bound, drains at concurrency 32
-    # ran 0.85x to 0.99x of 0 with "auto" (docs/performance.md).
+    # ran 0.85x to 0.99x of 0 with "auto" (docs/explanation/performance.md).
     claim_ahead: int | str = 0
     processes: int = 1
     lease: float = 30.0
@@ -47,12 +47,13 @@ class WorkerConfig:
     reap_interval: float = 1.0
     prune_interval: float = 60.0
     retention: float = 7 * 24 * 3600.0
-    # How finished jobs leave the jobs table (docs/retention.md): "delete" deletes them
-    # after `retention`; "history" moves done jobs without an explicit idempotency key
-    # to the partitioned jobs_history once they finished history_after seconds ago, in
-    # partitions history_partition seconds wide (whole minutes), and drops each
-    # partition whole once its range is past `retention`. The rest (failed, cancelled,
-    # and done jobs with an idempotency key) is deleted after `retention` in both modes.
+    # How finished jobs leave the jobs table (docs/explanation/retention.md): "delete"
+    # deletes them after `retention`; "history" moves done jobs without an explicit
+    # idempotency key to the partitioned jobs_history once they finished history_after
+    # seconds ago, in partitions history_partition seconds wide (whole minutes), and
+    # drops each partition whole once its range is past `retention`. The rest (failed,
+    # cancelled, and done jobs with an idempotency key) is deleted after `retention` in
+    # both modes.
     retention_mode: str = DEFAULT_RETENTION_MODE
     history_after: float = 3600.0
     history_partition: float = 86400.0
@@ -60,8 +61,8 @@ class WorkerConfig:
     # every other look) once the statistics count vacuum_dead_tuples dead row versions
     # in it and 5% of the live ones: a busy queue's claims then stop reading over the
     # dead entries that gather at the head of the claim's index between autovacuum's
-    # visits (docs/scaling.md, "The claim's dead head"). None: leave the table to
-    # autovacuum alone.
+    # visits (docs/explanation/scaling.md, "The claim's dead head"). None: leave the
+    # table to autovacuum alone.
     vacuum_interval: float = 10.0
     vacuum_dead_tuples: int | None = 50_000
     periodic_interval: float = 0.2

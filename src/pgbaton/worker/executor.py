@@ -268,7 +268,7 @@ class Executor:
         job stays held, running with its lease extended, so neither the next job of its
         key, nor its own retry, nor another job of a limited queue starts beside it; the
         outcome is written once the thread returns. A thread that never returns holds
-        all that until the worker stops (docs/architecture.md)."""
+        all that until the worker stops (docs/explanation/architecture.md)."""
         assert running.thread is not None
         claim, ended = running.claim, self.held.now()
         how = "ran past its timeout" if outcome.timed_out else "ended its attempt"

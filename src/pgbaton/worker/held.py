@@ -112,7 +112,7 @@ def loss_of(status: str | None, holder: str | None) -> tuple[str, str]:
 class HeldJobs:
     concurrency: int
     # Claims taken beyond the free slots, waiting in this worker for one (claim_ahead in
-    # WorkerConfig, docs/architecture.md "Claiming ahead"): fixed, or set by the
+    # WorkerConfig, docs/explanation/architecture.md "Claiming ahead"): fixed, or set by the
     # producer before each claim when it sizes them itself (worker/ahead.py).
     claim_ahead: int = 0
     # Handlers that have ended so far, a running total (the default claim-ahead's rate).

@@ -3,8 +3,9 @@
 Every PRESENCE_SECONDS the worker writes who it is (id, host, pid, version), what it
 serves (queues, concurrency) and how many jobs it holds; on a clean stop it deletes
 its row. A worker that dies leaves a row whose last beat grows old: the dashboard's
-/workers page shows it as not seen since then (docs/dashboard.md, "Workers"). Apart
-from the lease heartbeat on purpose: that one beats only while jobs are held.
+/workers page shows it as not seen since then (docs/howto/dashboard-metrics-traces.md,
+"Workers"). Apart from the lease heartbeat on purpose: that one beats only while jobs
+are held.
 """
 
 from __future__ import annotations

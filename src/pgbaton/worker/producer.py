@@ -5,8 +5,8 @@ a rate-limited queue's next start is due, or the poll interval passes.
 A limited queue's jobs count against its limit in the database until their
 completions commit; the claim passes the tokens of this worker's jobs whose handlers
 have ended and whose outcomes wait to be written, so it takes the room they made at
-once, while the completer writes beside it (docs/flow_control.md, "The worker's own
-room")."""
+once, while the completer writes beside it (docs/explanation/flow_control.md, "The
+worker's own room")."""
 
 from __future__ import annotations
 

@@ -92,8 +92,8 @@ class Worker:
         self.stats: Counter[str] = Counter()
         self.exit_status = 0
         # claim_ahead "auto": the producer sizes each claim's jobs ahead, and jobs held
-        # past the hold limit are handed back (docs/architecture.md, "Claiming ahead sized
-        # by the worker"); a number: always that many.
+        # past the hold limit are handed back (docs/explanation/architecture.md, "Claiming
+        # ahead sized by the worker"); a number: always that many.
         auto_ahead = self.config.claim_ahead == "auto"
         self.held = HeldJobs(self.config.concurrency,
                              0 if auto_ahead else int(self.config.claim_ahead))
@@ -253,8 +253,8 @@ class Worker:
 
     async def _sync_schedules(self, now: dt.datetime | None) -> None:
         """Write the App's @app.periodic schedules whose queue lives in this database
-        (docs/schedules.md, "Code and database"): as the worker starts, and as it
-        becomes leader."""
+        (docs/explanation/schedules.md, "Code and database"): as the worker starts, and
+        as it becomes leader."""
         now = now or dt.datetime.now(dt.UTC)
         periodics = [p for p in self.app.periodics
                      if self.app.route_of(p.task.queue) == self.route]
@@ -294,7 +294,8 @@ class Worker:
         self.executor.start(claims, sent_at)
         if self.events.active:
             at, worker_id = time.time(), self.worker_id
-            # Positional: a keyword call of Event costs twice as much (docs/events.md).
+            # Positional: a keyword call of Event costs twice as much
+            # (docs/reference/events.md).
             self.events.emit_many(
                 Event("job.claimed", at, worker_id, c.id, c.task, c.queue, c.attempts)
                 for c in claims
@@ -393,8 +394,8 @@ class Worker:
         """A claim this worker lost (cancelled by an operator, taken after its lease, or
         refused at the write): once its handler has really stopped, release it, so that
         the hold a cancelled job keeps on its key ends now rather than at its lease
-        (docs/guarantees.md). The release is fenced: it changes nothing if another
-        worker holds the job."""
+        (docs/explanation/guarantees.md). The release is fenced: it changes nothing if
+        another worker holds the job."""
         task = asyncio.create_task(self._release_when_stopped(running))
         self._letting_go.add(task)
         task.add_done_callback(self._letting_go.discard)
@@ -500,7 +501,8 @@ class Worker:
         )
         at = time.time()
         # Events are built positionally, and the error fields only for failures: this runs
-        # for every job, and a subscriber must cost the drain little (docs/events.md).
+        # for every job, and a subscriber must cost the drain little
+        # (docs/reference/events.md).
         if claim is None:
             self.events.emit(Event(name, at, self.worker_id, error_type=_error_type(error),
                                    error=None if error is None else str(error),

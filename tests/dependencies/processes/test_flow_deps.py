@@ -1,6 +1,7 @@
-"""Dependencies and batches under racing worker processes (docs/dependencies.md): a job
-never starts before all its parents are done, and each batch's callbacks are enqueued
-exactly once, counted in SQL once every process has exited."""
+"""Dependencies and batches under racing worker processes
+(docs/explanation/dependencies.md): a job never starts before all its parents are done,
+and each batch's callbacks are enqueued exactly once, counted in SQL once every process
+has exited."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The history retention mode with real workers (docs/retention.md): a fleet of worker
-processes drains while a mover runs beside it and nothing is lost or doubled; the
-leader's Pruner in history mode moves, drops and prunes on its own."""
+"""The history retention mode with real workers (docs/explanation/retention.md): a fleet
+of worker processes drains while a mover runs beside it and nothing is lost or doubled;
+the leader's Pruner in history mode moves, drops and prunes on its own."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The leader's vacuum of the jobs table (maintenance/services.py, Vacuumer; docs/scaling.md,
-"The claim's dead head"): Queue.vacuum runs only past its thresholds, never waits for a
-table another VACUUM holds, and refuses with a clear error a role that may not vacuum;
-a real worker's leader vacuums a table its own drain filled with dead rows, and says so
-with an event."""
+"""The leader's vacuum of the jobs table (maintenance/services.py, Vacuumer;
+docs/explanation/scaling.md, "The claim's dead head"): Queue.vacuum runs only past its
+thresholds, never waits for a table another VACUUM holds, and refuses with a clear error
+a role that may not vacuum; a real worker's leader vacuums a table its own drain filled
+with dead rows, and says so with an event."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Claiming ahead sized by the worker (`--claim-ahead auto`, docs/architecture.md
-"Claiming ahead sized by the worker"): real `pgbaton worker` processes.
+"""Claiming ahead sized by the worker (`--claim-ahead auto`,
+docs/explanation/architecture.md "Claiming ahead sized by the worker"): real
+`pgbaton worker` processes.
 
 A backlog is drained with jobs held ahead; without one nothing is; a SIGKILL gives back
 the attempts of the jobs held and not started; a job that kills its worker between its

@@ -1,7 +1,7 @@
-"""A transaction that holds back vacuum must not collapse the claim (issue 27; docs/scaling.md,
-"A held xmin"). While a session holds an old snapshot, no VACUUM can remove the index
-entries of the jobs claimed since, and no index scan can mark them dead: they pile up
-at the head of the claim's index, where every claim starts.
+"""A transaction that holds back vacuum must not collapse the claim (issue 27;
+docs/explanation/scaling.md, "A held xmin"). While a session holds an old snapshot, no
+VACUUM can remove the index entries of the jobs claimed since, and no index scan can
+mark them dead: they pile up at the head of the claim's index, where every claim starts.
 
 The cell: a paced producer offers RATE jobs a second (bulk enqueues every 50 ms), a real
 `pgbaton worker` process drains them, and after a warm-up one session runs

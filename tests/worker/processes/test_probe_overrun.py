@@ -1,8 +1,8 @@
 """Hostile probes of the hold a sync handler keeps on its key (issue 25): a sync
 handler that is cancelled and runs on in its thread past its claim's lease. The
-guarantee (docs/guarantees.md, "Cancel"): the next job of the key cannot start beside
-a handler that is still running. Start and end rows of the effects table, compared in
-SQL, say whether two handlers of one key overlapped."""
+guarantee (docs/explanation/guarantees.md, "Cancel"): the next job of the key cannot
+start beside a handler that is still running. Start and end rows of the effects table,
+compared in SQL, say whether two handlers of one key overlapped."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@
 `manage.py migrate` creates and upgrades pgbaton's schema; `manage.py pgbaton ...` is
 the `pgbaton` command line on that database; enqueue() and deferral() write in the
 transaction of Django's connection, so a rolled-back `transaction.atomic()` block takes
-its jobs with it. docs/frameworks.md has the whole story.
+its jobs with it. docs/howto/frameworks.md has the whole story.
 """
 
 from __future__ import annotations
