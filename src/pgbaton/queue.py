@@ -71,7 +71,7 @@ class Queue(
                          connect_timeout=connect_timeout)
         # Asked by enqueue, enqueue_once and enqueue_many when no conn= is given: the
         # connection whose transaction the job joins (a framework's current one), or
-        # None for the pool. docs/frameworks.md, "Joining a transaction without conn=".
+        # None for the pool. docs/howto/frameworks.md, "Joining a transaction without conn=".
         self.connection_provider = connection_provider
         # job.enqueued and job.cancelled go to these subscribers (an App's queues share
         # the App's Events); emitted when the statement ran, so with conn= the caller's
