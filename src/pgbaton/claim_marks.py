@@ -3,7 +3,7 @@
 Claimed jobs leave dead entries at the head of jobs_claimable (and of each queue's range
 in jobs_queue_claimable) until a VACUUM removes them; while a session holds an old
 snapshot none can, and every claim that starts at the head reads all of them. A claim
-reads from the head as it always has, unless two from the head in a row took
+reads from the head as it always has, unless SLOW_HEAD_READS from the head in a row took
 SLOW_HEAD_SECONDS or more (and four times this queue's quickest claim; the statement
 alone, not the wait for a connection): then each starts past the last
 job this queue object claimed from the same head (its mark: priority, run_at, id; per
@@ -26,11 +26,17 @@ from dataclasses import dataclass, field
 
 from .models import Claim
 
-# A claim from the head this slow (the round trip), and four times the quickest claim
+# A claim from the head this slow (the statement), and four times the quickest claim
 # this queue object has made (a distant server's round trip is not a dead head), means
-# a long dead head, where the claim from a mark pays: 50 ms is ten to fifty times a
-# claim of a healthy table here.
-SLOW_HEAD_SECONDS = 0.05
+# a dead head long enough for the claim from a mark to pay: 10 ms is ten to thirty times
+# a claim of a healthy table here. At 50 ms, issue 27's cell (make bench, held_xmin:
+# 2,000 jobs/s, an idle holder for 90 s) never reached it, yet its claims averaged
+# 7.5 ms (at most 34) and completions fell to 70% of the offered rate in the hold's last
+# windows; at 10 ms they stayed at 99% or more, claim wait p99 under 35 ms.
+SLOW_HEAD_SECONDS = 0.01
+# How many claims from the head in a row must be that slow: a stall of the worker's loop
+# or a busy machine makes one or two slow, a dead head every one.
+SLOW_HEAD_READS = 3
 SLOW_HEAD_TIMES_QUICKEST = 4.0
 # How long a job that became pending behind a mark (an enqueue that committed late, a
 # row another claim locked and let go, a keyed job whose key was busy) may wait at most
@@ -55,8 +61,8 @@ ClaimKind = tuple[tuple[str, ...] | None, tuple[str, ...] | None]
 @dataclass
 class _Marks:
     head_at: float  # when this kind of claim last read from the head
-    slow: bool = False  # whether that read and the one before it were slow
-    slow_once: bool = False  # whether that read took SLOW_HEAD_SECONDS or more
+    slow: bool = False  # whether that read and the ones before it were slow
+    slow_reads: int = 0  # the reads in a row up to that one that were slow
     head_seconds: float = 0.0  # how long that read took
     every: Mark | None = None
     queues: dict[str, Mark] = field(default_factory=dict)
@@ -107,12 +113,12 @@ class ClaimMarks:
         if marks is None:
             return
         if after is None:
-            # Two slow reads of the head in a row: one alone may be a stall of the
-            # worker's loop or the server, not a dead head.
+            # SLOW_HEAD_READS slow reads of the head in a row: one or two alone may be
+            # a stall of the worker's loop or the server, not a dead head.
             slow = not self.slow_head or seconds >= max(
                 self.slow_head, SLOW_HEAD_TIMES_QUICKEST * self._quickest)
-            marks.slow = slow and (marks.slow_once or not self.slow_head)
-            marks.slow_once = slow
+            marks.slow_reads = marks.slow_reads + 1 if slow else 0
+            marks.slow = slow and (marks.slow_reads >= SLOW_HEAD_READS or not self.slow_head)
             marks.head_seconds = seconds
         for claim in claims:
             if claim.run_at is None:
