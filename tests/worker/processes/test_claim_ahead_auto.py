@@ -119,6 +119,16 @@ def _ran_in(path: Path) -> dict[int, set[int]]:
     return ran
 
 
+def _cancel_lock_waiters(conn: psycopg.Connection[Any]) -> int:
+    """Cancels the statements of this database that wait for a lock (SQLSTATE 57014 for
+    them, a passing error); how many there were."""
+    row = conn.execute("SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))"
+                       " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                       " AND datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def _enqueue(queue: pgbaton.Queue, count: int, **job: Any) -> list[int]:
     return queue.enqueue_many([{"task": "work", **job} for _ in range(count)])
 
@@ -352,10 +362,7 @@ def test_a_release_at_stop_cut_by_a_passing_error_is_sent_again(
         with psycopg.connect(dsn, autocommit=True) as canceller:
             cancelled = 0
             for _ in range(400):  # cancel the release once it waits for the lock
-                cancelled = canceller.execute(
-                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))"
-                    " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()").fetchone()[0]
+                cancelled = _cancel_lock_waiters(canceller)
                 if cancelled:
                     break
                 time.sleep(0.05)
@@ -423,10 +430,7 @@ async def test_a_hand_back_cut_by_a_passing_error_is_sent_again(aqueue, dsn):
         with psycopg.connect(dsn, autocommit=True) as canceller:
             cancelled = 0
             for _ in range(200):  # cancel the release once it waits for the lock
-                cancelled = canceller.execute(
-                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid))"
-                    " FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()").fetchone()[0]
+                cancelled = _cancel_lock_waiters(canceller)
                 if cancelled:
                     break
                 await asyncio.sleep(0.05)
