@@ -70,10 +70,10 @@ def test_claims_go_past_the_mark_higher_priorities_first_and_the_head_comes_back
 
 def test_a_claim_from_a_slow_head_waits_ten_times_its_own_length():
     """SLOW_HEAD_READS (3) slow claims from the head in a row (one or two may be a stall)
-    send claims past the mark; the claims from a slow head take at most HEAD_COST_SHARE of the queue's time:
-    the next comes CLAIM_HEAD_SECONDS after the last, or its length / HEAD_COST_SHARE if
-    that is longer, at most MAX_HEAD_INTERVAL_SECONDS. Once a claim from the head is
-    quick, every claim reads from the head again."""
+    send claims past the mark; the claims from a slow head take at most HEAD_COST_SHARE
+    of the queue's time: the next comes CLAIM_HEAD_SECONDS after the last, or its length
+    / HEAD_COST_SHARE if that is longer, at most MAX_HEAD_INTERVAL_SECONDS. Once a claim
+    from the head is quick, every claim reads from the head again."""
     clock = Clock()
     marks = ClaimMarks(clock=clock)
     at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
