@@ -588,15 +588,23 @@ class Worker:
 
     async def _release(self, runnings: list[Running]) -> None:
         """Hand back what the stopping worker holds and has not finished; a release cut
-        by a passing error is sent again for up to STOP_RELEASE_SECONDS (releasing.py),
-        FORCED_STOP_SECONDS after a second stop request."""
+        by a passing error is sent again (releasing.py) for up to STOP_RELEASE_SECONDS
+        in all, FORCED_STOP_SECONDS after a second stop request."""
+        # The whole of it, an attempt in flight included, is cut at STOP_RELEASE_SECONDS,
+        # or FORCED_STOP_SECONDS after a second stop request, even one that comes while
+        # it retries.
+        limit = FORCED_STOP_SECONDS if self._forced.is_set() else STOP_RELEASE_SECONDS
+        releasing = asyncio.ensure_future(asyncio.wait_for(
+            release_through_passing_errors(
+                self.queue, self.held, runnings, what="release",
+                until=self.held.now() + limit),
+            limit,
+        ))
+        forced = asyncio.ensure_future(self._forced.wait())
         try:
-            released = await asyncio.wait_for(
-                release_through_passing_errors(
-                    self.queue, self.held, runnings, what="release",
-                    until=self.held.now() + STOP_RELEASE_SECONDS),
-                FORCED_STOP_SECONDS if self._forced.is_set() else None,
-            )
+            await asyncio.wait([releasing, forced], return_when=asyncio.FIRST_COMPLETED)
+            forced.cancel()
+            released = await asyncio.wait_for(releasing, FORCED_STOP_SECONDS)
         except Exception as error:
             logger.warning("could not release %d jobs (%s): their leases will expire",
                            len(runnings), error)

@@ -30,6 +30,7 @@ import pgbaton
 from pgbaton.worker import executor
 from pgbaton.worker.hand_back import HandBack
 from pgbaton.worker.held import HeldJobs, Running
+from pgbaton.worker.runner import STOP_RELEASE_SECONDS
 from tests.worker_processes import WorkerProcess, scalar, wait_until
 
 AHEAD_SPEC = "tests.worker.processes.test_claim_ahead_auto:app"
@@ -375,6 +376,38 @@ def test_a_release_at_stop_cut_by_a_passing_error_is_sent_again(
     assert worker.final_stats()["released"] == len(jobs)
     assert re.search(r"release of \d jobs failed \(canceling statement", worker.log())
     assert "could not release" not in worker.log()
+
+
+def test_a_second_stop_cuts_a_release_that_waits(start_worker, db, queue, dsn, lines_path):
+    """`pgbaton worker`: the stop's release waits for a row lock that is never let go;
+    a second SIGTERM while it waits ends the process within about FORCED_STOP_SECONDS
+    (run.py's timer, exit 1), not at the lock's end nor at STOP_RELEASE_SECONDS; the
+    jobs it could not release are left to their leases, still running under its token
+    (nothing half-written)."""
+    jobs = _enqueue(queue, 4, args={"seconds": 30})
+    worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
+                          "3", "--concurrency", "1", "--shutdown-grace", "0.2",
+                          app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")
+               == len(jobs), timeout=30, what="one job running and three held ahead")
+    held = scalar(db, "SELECT min(id) FROM jobs WHERE started_at IS NULL")
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SET search_path TO " + queue.schema)
+        locker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (held,))
+        worker.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity"
+                                      " WHERE wait_event_type = 'Lock'"
+                                      " AND datname = current_database()") == 1,
+                   timeout=30, what="the stop's release waiting for the lock")
+        asked = time.monotonic()
+        worker.process.send_signal(signal.SIGTERM)
+        worker.process.wait(timeout=30)
+        took = time.monotonic() - asked
+        locker.rollback()
+    assert took < STOP_RELEASE_SECONDS / 2, took
+    assert "second stop request" in worker.log()
+    assert scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'"
+                      " AND claim_token IS NOT NULL") >= 1
 
 
 def test_jobs_held_past_the_hold_limit_are_handed_back_to_another_worker(
