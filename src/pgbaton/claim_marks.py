@@ -61,8 +61,7 @@ ClaimKind = tuple[tuple[str, ...] | None, tuple[str, ...] | None]
 @dataclass
 class _Marks:
     head_at: float  # when this kind of claim last read from the head
-    slow: bool = False  # whether that read and the ones before it were slow
-    slow_reads: int = 0  # the reads in a row up to that one that were slow
+    slow_reads: int = 0  # the reads of the head in a row, up to the last, that were slow
     head_seconds: float = 0.0  # how long that read took
     every: Mark | None = None
     queues: dict[str, Mark] = field(default_factory=dict)
@@ -93,7 +92,8 @@ class ClaimMarks:
             return None
         head_due = marks.head_at + min(MAX_HEAD_INTERVAL_SECONDS, max(
             CLAIM_HEAD_SECONDS, marks.head_seconds / HEAD_COST_SHARE))
-        if not marks.slow or now >= head_due or (marks.every is None and not marks.queues):
+        slow = marks.slow_reads >= (SLOW_HEAD_READS if self.slow_head else 1)
+        if not slow or now >= head_due or (marks.every is None and not marks.queues):
             marks.head_at = now
             return None
         return json.dumps({
@@ -118,7 +118,6 @@ class ClaimMarks:
             slow = not self.slow_head or seconds >= max(
                 self.slow_head, SLOW_HEAD_TIMES_QUICKEST * self._quickest)
             marks.slow_reads = marks.slow_reads + 1 if slow else 0
-            marks.slow = slow and (marks.slow_reads >= SLOW_HEAD_READS or not self.slow_head)
             marks.head_seconds = seconds
         for claim in claims:
             if claim.run_at is None:

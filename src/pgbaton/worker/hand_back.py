@@ -26,6 +26,7 @@ from .releasing import release_through_passing_errors
 
 logger = logging.getLogger("pgbaton.worker")
 
+
 class HandBack:
     def __init__(
         self,
