@@ -42,6 +42,22 @@ from typing import Any
 class PgbatonError(Exception):
     """Base class of every error pgbaton raises on purpose."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle (a process pool's App.wait, a multiprocessing log handler) rebuilds an
+        # exception by calling its class with its args, the message alone: an __init__
+        # that takes other arguments (JobEnded's job_id, task, errors) then fails, or
+        # checks the message as a value (Snooze's seconds). Rebuilt without __init__,
+        # from the message and the attributes as they were.
+        return (_rebuilt, (type(self), self.args, vars(self)))
+
+
+def _rebuilt(cls: type[PgbatonError], args: tuple[Any, ...],
+             attributes: dict[str, Any]) -> PgbatonError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    vars(error).update(attributes)
+    return error
+
 
 class ConfigurationError(PgbatonError):
     """pgbaton was not told enough to start: no DSN, or a schema name it cannot use."""
