@@ -99,9 +99,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marks = tier_of(relative)
         for mark in marks:
             item.add_marker(mark)
-        group = "serial" if "serial" in marks else relative if _has_module_fixture(item) else None
+        # A module's own xdist_group (tests that share something on the server, such as
+        # the lab's schemas) is scheduled as the ones given here are.
+        given = item.get_closest_marker("xdist_group")
+        group = ("serial" if "serial" in marks else given.args[0] if given
+                 else relative if _has_module_fixture(item) else None)
         if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            if given is None:
+                item.add_marker(pytest.mark.xdist_group(group))
             if getattr(config.option, "loadgroup", False):  # set by xdist, in its workers
                 _suffix_node_id(item, group)
 

@@ -19,6 +19,11 @@ from psycopg.rows import dict_row
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# One xdist worker runs this module's tests one after another: a test that checks the lab
+# left no schema behind would otherwise see another worker's run, on a server they share
+# (PGBATON_TEST_DSN), still holding its own.
+pytestmark = pytest.mark.xdist_group("lab")
+
 # Several workers, each with a gap between reading the oldest pending id and updating it,
 # race for the same rows: strategy 1 hands the same job to several of them many times a
 # run (every worker stands at the start line with the same oldest job, and one cycle is
