@@ -26,7 +26,7 @@ BUILT: list[PgbatonError] = [
     JobFailed(9, "send_mail", []),
     JobCancelled(10, "send_mail", ERRORS),
     Snooze(30),
-    Snooze(until=dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc), note="rate limited"),
+    Snooze(until=dt.datetime(2030, 1, 1, tzinfo=dt.UTC), note="rate limited"),
     Cancel("the order was refunded"),
     Discard("stale"),
 ]
@@ -49,7 +49,7 @@ def every_error_class() -> list[type[PgbatonError]]:
 
 
 def round_trip(error: BaseException) -> BaseException:
-    return pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    return pickle.loads(pickle.dumps(error))
 
 
 @pytest.mark.parametrize("error", BUILT, ids=lambda e: type(e).__name__)
