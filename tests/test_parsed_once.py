@@ -66,3 +66,18 @@ def test_text_that_is_not_a_str_and_calls_without_params_are_not_kept():
     converted(_parsed_once.ParsedOnceQuery, "SELECT 1", None)  # type: ignore[arg-type]
     converted(_parsed_once.ParsedOnceQuery, b"SELECT %(a)s", {"a": 1})
     assert before == _parsed_once._PARSED
+
+
+def test_a_full_cache_starts_again_and_takes_the_claim_back(monkeypatch):
+    """Texts of a caller's own (an ORM's one-off VALUES lists through a pooled
+    connection), or many schemas in one process, fill the cache: it then starts again
+    rather than refusing every new text, so the claim is kept again at its next call."""
+    monkeypatch.setattr(_parsed_once, "MAX_PARSED", 8)
+    monkeypatch.setattr(_parsed_once, "_PARSED", {})
+    for n in range(20):
+        converted(_parsed_once.ParsedOnceQuery, f"SELECT %(a)s + {n}", {"a": 1})
+        assert len(_parsed_once._PARSED) <= 8
+    claim = _sql.queries("other_schema")["job_claim_many"]
+    converted(_parsed_once.ParsedOnceQuery, claim, dict.fromkeys(
+        set(_PLACEHOLDER.findall(claim))))
+    assert (claim, "utf-8") in _parsed_once._PARSED

@@ -27,8 +27,10 @@ from typing import Any
 import psycopg
 from psycopg._queries import PostgresQuery
 
-# pgbaton's statements, a few hundred across the schemas a process uses; past this the
-# cache takes no more (a caller who sends texts of their own through a pooled connection).
+# pgbaton has about 180 statements per schema a process uses. A full cache starts
+# again (texts of a caller's own sent through a pooled connection, a process serving
+# many schemas): refusing new texts instead would leave the claim of a schema met late
+# parsed at every call for good.
 MAX_PARSED = 4_096
 
 _PARSED: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
@@ -47,11 +49,11 @@ class ParsedOnceQuery(PostgresQuery):
         parsed = _PARSED.get(key)
         if parsed is None:
             super().convert(query, vars)
-            if len(_PARSED) < MAX_PARSED:
-                # A psycopg that keeps them otherwise: parse at every call, as before.
-                with contextlib.suppress(AttributeError):
-                    _PARSED[key] = (self.query, self._want_formats, self._order,
-                                    self._parts)
+            if len(_PARSED) >= MAX_PARSED:
+                _PARSED.clear()
+            # A psycopg that keeps them otherwise: parse at every call, as before.
+            with contextlib.suppress(AttributeError):
+                _PARSED[key] = (self.query, self._want_formats, self._order, self._parts)
             return
         self.query, self._want_formats, self._order, self._parts = parsed
         self.dump(vars)
