@@ -129,9 +129,9 @@ CHECKS = [
 # The partial indexes a new pending job without a key does not enter (their predicates
 # are still evaluated for it).
 UNENTERED = [
-    "jobs_running_lease", "jobs_key_unfinished", "jobs_one_running_per_key",
+    "jobs_held", "jobs_key_unfinished", "jobs_one_running_per_key",
     "jobs_key_held_after_cancel", "jobs_task_idempotency_key_unique",
-    "jobs_idempotency_key_unique", "jobs_finished", "jobs_failed", "jobs_queue_held",
+    "jobs_idempotency_key_unique", "jobs_finished", "jobs_failed",
     "jobs_limit_key_held",
 ]
 

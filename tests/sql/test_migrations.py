@@ -15,6 +15,7 @@ from psycopg.rows import DictRow
 
 import pgbaton
 from pgbaton import _database, _sql
+from pgbaton.integrations.migrations import migrate_to
 from tests.helpers import run_at_once
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -399,3 +400,65 @@ def test_a_version_1_schema_with_jobs_migrates_to_the_partial_idempotency_index(
     ).fetchone()
     assert index["indexdef"].endswith("WHERE (idempotency_key IS NOT NULL)")
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 3
+
+
+LEASE_INDEXES = """
+    SELECT indexname, indexdef FROM pg_indexes
+    WHERE schemaname = %(schema)s AND tablename = 'jobs'
+      AND indexname IN ('jobs_held', 'jobs_running_lease', 'jobs_queue_held')
+    ORDER BY indexname"""
+
+
+def test_one_index_holds_the_leases(dsn, schema, other_schema, db):
+    """The jobs that hold a lease are in one index, jobs_held (queue, lease_until), for
+    the flow claim's held count and the reaper alike: migration 23 dropped
+    jobs_running_lease and jobs_queue_held, which every claim wrote an entry into as
+    well (benchmarks/results/job-cost-2026-12-06.md)."""
+    db.execute(f'CREATE SCHEMA "{other_schema}"')  # type: ignore[arg-type]
+    db.execute(_sql.schema_sql(other_schema))  # type: ignore[arg-type]
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        queue.migrate()
+    for built in (schema, other_schema):
+        rows = db.execute(LEASE_INDEXES, {"schema": built}).fetchall()  # type: ignore[arg-type]
+        assert [row["indexname"] for row in rows] == ["jobs_held"], built
+        assert rows[0]["indexdef"].endswith(
+            "USING btree (queue, lease_until) WHERE (lease_until IS NOT NULL)"
+        ), built
+
+
+def test_an_upgrade_with_jobs_held_keeps_the_limits_and_the_reaper(dsn, schema, db):
+    """Migration 23 on a version-22 schema whose limited queue is at its limit, one of
+    its jobs with a lease run out: after the upgrade the queue still refuses a claim,
+    the reaper takes the expired job back, and the claim then takes exactly one."""
+    with psycopg.connect(dsn) as conn:
+        migrate_to(conn, schema, 22)
+    db.execute("INSERT INTO queues (name, concurrency) VALUES ('limited', 2)")
+    db.execute("INSERT INTO jobs (queue, task) SELECT 'limited', 't' FROM generate_series(1, 4)")
+    # Version 22's claim: job_claim_flow is a function of the schema, not of the library.
+    claimed = db.execute(
+        _sql.queries(schema)["job_claim_flow"],  # type: ignore[arg-type]
+        {"worker_id": "old", "limit": 10, "lease": 60.0, "queues": None, "tasks": None,
+         "finished": None, "starting": 10},
+    ).fetchall()
+    assert [row["queue"] for row in claimed] == ["limited", "limited"]
+    expired = claimed[0]["id"]
+    db.execute("UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+               (expired,))
+
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        assert queue.migrate() == [m.version for m in _sql.migrations()[22:]]
+        assert [s.held for s in queue.queue_settings("limited")] == [2]
+        assert queue.claim("new", limit=10, queues=["limited"]) == []
+        assert queue.claim("new", limit=10) == []
+        assert queue.reap() == 1
+        assert db.execute(
+            "SELECT status, claim_token, lease_until FROM jobs WHERE id = %s", (expired,)
+        ).fetchone() == {"status": "pending", "claim_token": None, "lease_until": None}
+        [again] = queue.claim("new", limit=10)
+        assert again.queue == "limited"
+        assert queue.claim("new", limit=10) == []
+        assert [s.held for s in queue.queue_settings("limited")] == [2]
+    held = db.execute(
+        "SELECT count(*) AS n FROM jobs WHERE lease_until IS NOT NULL AND queue = 'limited'"
+    ).fetchone()
+    assert held == {"n": 2}

@@ -8,7 +8,7 @@
 -- Per queue: unfinished jobs by state and the failed ones. Each count is its own
 -- scan of the partial index whose predicate it repeats, so done rows (nearly all of a
 -- busy table) are never read: pending from jobs_claimable, running from
--- jobs_running_lease, failed from jobs_failed (which holds the queue: an index-only
+-- jobs_held, failed from jobs_failed (which holds the queue: an index-only
 -- scan), or jobs_finished on a schema older than migration 6. A paused queue says so
 -- (its pending jobs wait for a resume, not for a worker).
 SELECT queue,
@@ -141,8 +141,9 @@ LIMIT %(limit)s;
 -- The job list's state tabs: how many jobs of the filter (its status left out, so
 -- `status` is NULL here) are in each state, each count stopping at `cap` (the page
 -- says "10,000+"), so that a tab over millions of done jobs reads `cap` rows, not the
--- table. Pending and scheduled read jobs_claimable, running jobs_running_lease,
--- failed jobs_failed; done counts jobs_history too (the history retention mode).
+-- table. Pending and scheduled read jobs_claimable, failed jobs_failed; running names
+-- no lease, so no partial index matches it (PostgreSQL 15 plans a table scan); done
+-- counts jobs_history too (the history retention mode).
 SELECT state, count FROM (
     SELECT 1 AS place, 'pending' AS state, (SELECT count(*) FROM (
         SELECT 1 FROM __schema__.jobs AS j

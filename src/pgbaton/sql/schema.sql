@@ -98,12 +98,16 @@ CREATE TABLE __schema__.jobs (
 CREATE INDEX jobs_claimable ON __schema__.jobs (priority DESC, run_at, id)
     WHERE status = 'pending';
 
--- The reaper's scan: only rows with a lease (running jobs, and cancelled or retried jobs
--- whose old holder has not let go), by lease. The
--- predicate names lease_until rather than status on purpose: statements that fence on
+-- The jobs that hold a lease (running jobs, and cancelled or retried jobs whose old
+-- holder has not let go), by queue and lease: a limited queue's held count, counted
+-- under its lock by the flow claim (bounded by the limit), reads one queue's entries;
+-- the reaper reads them all, testing `lease_until < now()` in the index (they are
+-- few). One index where there were two (jobs_running_lease and jobs_queue_held, before
+-- migration 23), because a claim writes an entry into each. The predicate names
+-- lease_until rather than status on purpose: statements that fence on
 -- `status = 'running'` (complete, fail, heartbeat) must find their rows by primary key,
 -- never by walking every running job, whatever the statistics say.
-CREATE INDEX jobs_running_lease ON __schema__.jobs (lease_until)
+CREATE INDEX jobs_held ON __schema__.jobs (queue, lease_until)
     WHERE lease_until IS NOT NULL;
 
 -- Per-key serialisation: the claim looks up the key's unfinished jobs here ...
@@ -235,13 +239,10 @@ CREATE INDEX queue_starts_key_window ON __schema__.queue_starts (queue, limit_ke
 CREATE INDEX jobs_queue_claimable ON __schema__.jobs (queue, priority DESC, run_at, id)
     WHERE status = 'pending' AND queue <> '';
 
--- A limited queue's held jobs, counted under its lock (bounded by the limit). The
--- predicate's `queue <> ''` as in jobs_queue_claimable: the plain claim's per-key probe
--- of held jobs keeps its own index.
-CREATE INDEX jobs_queue_held ON __schema__.jobs (queue)
-    WHERE lease_until IS NOT NULL AND queue <> '';
+-- A limited queue's held jobs are counted in jobs_held, above.
 
--- One limit key's held jobs in a queue, counted under the queue's lock.
+-- One limit key's held jobs in a queue, counted under the queue's lock (`queue <> ''`
+-- as in jobs_queue_claimable).
 CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
     WHERE lease_until IS NOT NULL AND limit_key IS NOT NULL AND queue <> '';
 
