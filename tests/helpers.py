@@ -3,16 +3,18 @@ reading a child process's output, running processes from one start line."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import pytest
 
 
 def wait_for_lease_to_pass(db: psycopg.Connection[Any], job_id: int) -> None:
@@ -140,3 +142,34 @@ def run_at_once(target: Callable[..., None], count: int, *args: Any) -> Ran:
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def auto_explained(conn: psycopg.Connection[Any], *settings: str) -> list[dict[str, Any]]:
+    """The plans of every statement `conn` runs from now on, nested ones too (JSON, as
+    auto_explain logs them), in the list returned; the test is skipped on a server
+    without auto_explain. `settings`: more auto_explain settings (log_analyze = on)."""
+    plans: list[dict[str, Any]] = []
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as error:
+        pytest.skip(f"auto_explain is not available on this server: {error}")
+    for setting in ("auto_explain.log_min_duration = 0",
+                    "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_format = json", "auto_explain.log_level = notice",
+                    "client_min_messages = notice", *settings):
+        conn.execute(f"SET {setting}")  # type: ignore[arg-type]
+
+    def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
+        text = diagnostic.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1]))
+
+    conn.add_notice_handler(collect)
+    return plans
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A plan's node and every node under it."""
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)

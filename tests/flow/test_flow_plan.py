@@ -8,7 +8,6 @@ the function scan's buffer counts, which include everything the function read.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import _sql
+from tests.helpers import auto_explained, plan_nodes
 
 BLOCKED_PER_QUEUE = 100_000
 OPEN_JOBS = 50
@@ -66,25 +66,9 @@ def schemas(server_dsn: str) -> Iterator[dict[str, str]]:
 def _claim_explained(server_dsn: str, schema: str) -> tuple[list[dict[str, Any]], list[Any]]:
     """Run one flow claim of BATCH (rolled back) and return the nested statements'
     plans and the claimed rows."""
-    plans: list[dict[str, Any]] = []
     with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn:
-        try:
-            conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error as error:
-            pytest.skip(f"auto_explain is not available on this server: {error}")
-        for setting in (
-            "auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-            "auto_explain.log_analyze = on", "auto_explain.log_buffers = on",
-            "auto_explain.log_format = json", "client_min_messages = log",
-        ):
-            conn.execute(f"SET {setting}")  # type: ignore[arg-type]
-
-        def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-            text = diagnostic.message_primary or ""
-            if "plan:" in text:
-                plans.append(json.loads(text.split("plan:", 1)[1]))
-
-        conn.add_notice_handler(collect)
+        plans = auto_explained(conn, "auto_explain.log_analyze = on",
+                               "auto_explain.log_buffers = on")
         query = _sql.queries(schema)["job_claim_flow"]
         params = {"worker_id": "explainer", "limit": BATCH, "lease": 30.0, "queues": None,
                   "tasks": None, "finished": None, "starting": BATCH}
@@ -98,17 +82,11 @@ def _claim_explained(server_dsn: str, schema: str) -> tuple[list[dict[str, Any]]
     return plans, rows
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 def _job_scans(plans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every node of the claim's inner statements that reads the jobs table."""
     return [
         node for plan in plans if "job_claim_flow" not in plan["Query Text"]
-        for node in _nodes(plan["Plan"]) if node.get("Relation Name") == "jobs"
+        for node in plan_nodes(plan["Plan"]) if node.get("Relation Name") == "jobs"
     ]
 
 

@@ -9,7 +9,6 @@ The flow claim is a plpgsql function, so every statement's plan comes from auto_
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +19,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import _sql
+from tests.helpers import auto_explained, plan_nodes
 
 FINISHED = 200_000
 RUNNING = 100
@@ -62,25 +62,8 @@ def _plans(server_dsn: str, schema: str, name: str, params: dict[str, Any],
            runs: int = 1) -> list[dict[str, Any]]:
     """The plans of a named statement and of the statements nested in it, from its last
     of `runs` runs on one connection, each rolled back."""
-    plans: list[dict[str, Any]] = []
     with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn:
-        try:
-            conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error as error:
-            pytest.skip(f"auto_explain is not available on this server: {error}")
-        for setting in (
-            "auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-            "auto_explain.log_format = json", "auto_explain.log_level = notice",
-            "client_min_messages = notice",
-        ):
-            conn.execute(f"SET {setting}")  # type: ignore[arg-type]
-
-        def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-            text = diagnostic.message_primary or ""
-            if "plan:" in text:
-                plans.append(json.loads(text.split("plan:", 1)[1]))
-
-        conn.add_notice_handler(collect)
+        plans = auto_explained(conn)
         query = _sql.queries(schema)[name]
         for _ in range(runs):
             plans.clear()
@@ -91,17 +74,11 @@ def _plans(server_dsn: str, schema: str, name: str, params: dict[str, Any],
     return plans
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _nodes(child)
-
-
 def _job_scans(plans: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     """Every node that reads the jobs table: (node type, index)."""
     return [
         (node["Node Type"], node.get("Index Name"))
-        for plan in plans for node in _nodes(plan["Plan"])
+        for plan in plans for node in plan_nodes(plan["Plan"])
         if node.get("Relation Name") == "jobs" or node["Node Type"] == "Bitmap Index Scan"
     ]
 
@@ -134,7 +111,7 @@ def test_the_reaper_reaps_the_expired_leases_through_jobs_held(big, server_dsn):
                 "EXPLAIN (ANALYZE, FORMAT JSON) " + _sql.queries(big)["job_reap"]  # type: ignore[operator]
             ).fetchall()
     plan = row["QUERY PLAN"][0]["Plan"]
-    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs" and "Index Cond" in n]
+    scans = [n for n in plan_nodes(plan) if n.get("Relation Name") == "jobs" and "Index Cond" in n]
     assert scans and all(n["Index Name"] == "jobs_held" for n in scans), scans
     assert sum(int(n["Actual Rows"]) for n in scans) == EXPIRED
 
@@ -158,7 +135,7 @@ def test_the_flow_claims_held_count_reads_one_queue_of_jobs_held(big, server_dsn
     for runs in (1, 8):
         plans = _plans(server_dsn, big, "job_claim_flow", params, runs=runs)
         held = [
-            node for plan in plans for node in _nodes(plan["Plan"])
+            node for plan in plans for node in plan_nodes(plan["Plan"])
             if node.get("Index Name") == "jobs_held"
         ]
         assert held, _job_scans(plans)
