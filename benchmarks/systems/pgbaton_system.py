@@ -90,7 +90,7 @@ class PgbatonSystem(System):
         await self.worker_task
 
     async def start_worker_process(
-        self, concurrency: int, processes: int = 1, claim_ahead: int | None = None
+        self, concurrency: int, processes: int = 1, claim_ahead: int | str | None = None
     ) -> None:
         """`pgbaton worker` on this module's App, as an operator runs it: its defaults
         apart from the options given (claim_ahead None: the default, not passed). It
@@ -218,13 +218,18 @@ class PgbatonClaimingAheadAuto(PgbatonSystem):
     label = "pgbaton, claiming ahead (auto)"
     role = "option"
     settings = PgbatonSystem.settings + " WorkerConfig(claim_ahead=\"auto\")."
-    cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
+    cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"}) | HELD_XMIN_CASES
 
     async def start_worker(self, concurrency: int) -> None:
         self.worker = Worker(
             app, WorkerConfig(concurrency=concurrency, claim_ahead="auto", dsn=self.dsn)
         )
         self.worker_task = asyncio.create_task(self.worker.run(), name="pgbaton worker")
+
+    async def start_worker_process(
+        self, concurrency: int, processes: int = 1, claim_ahead: int | str | None = "auto"
+    ) -> None:
+        await super().start_worker_process(concurrency, processes, claim_ahead)
 
 
 class PgbatonProcesses(ChildWorkerMethods, PgbatonSystem):
