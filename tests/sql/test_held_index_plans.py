@@ -19,6 +19,7 @@ from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import _sql
+from pgbaton.job_filter import JobFilter
 from tests.helpers import auto_explained, plan_nodes
 
 FINISHED = 200_000
@@ -123,6 +124,17 @@ def test_the_queue_counts_of_held_jobs_read_jobs_held(big, server_dsn):
     _reads_jobs_held_only(counts, "jobs_claimable", "jobs_failed")
     settings = _job_scans(_plans(server_dsn, big, "queue_settings_list", {"name": None}))
     _reads_jobs_held_only(settings, "jobs_queue_claimable")
+
+
+def test_the_job_lists_running_tab_reads_jobs_held(big, server_dsn):
+    """The job list's running tab counts through jobs_held, not the 200,000 finished
+    rows: a running job always holds a lease (the CHECK jobs_token_while_held)."""
+    params = {**JobFilter().params(), "status": None, "cap": 10_000}
+    plans = _plans(server_dsn, big, "dashboard_state_counts", params)
+    nodes = [node for plan in plans for node in plan_nodes(plan["Plan"])]
+    assert not [node for node in nodes if node["Node Type"] == "Seq Scan"
+                and "'running'" in node.get("Filter", "")], nodes
+    assert any(node.get("Index Name") == "jobs_held" for node in nodes), nodes
 
 
 @pytest.mark.parametrize("finished", [None, [str(uuid.uuid4())]])

@@ -141,9 +141,9 @@ LIMIT %(limit)s;
 -- The job list's state tabs: how many jobs of the filter (its status left out, so
 -- `status` is NULL here) are in each state, each count stopping at `cap` (the page
 -- says "10,000+"), so that a tab over millions of done jobs reads `cap` rows, not the
--- table. Pending and scheduled read jobs_claimable, failed jobs_failed; running names
--- no lease, so no partial index matches it (PostgreSQL 15 plans a table scan); done
--- counts jobs_history too (the history retention mode).
+-- table. Pending and scheduled read jobs_claimable, failed jobs_failed, running
+-- jobs_held (a running job always holds a lease: jobs_token_while_held); done counts
+-- jobs_history too (the history retention mode).
 SELECT state, count FROM (
     SELECT 1 AS place, 'pending' AS state, (SELECT count(*) FROM (
         SELECT 1 FROM __schema__.jobs AS j
@@ -157,7 +157,8 @@ SELECT state, count FROM (
     UNION ALL
     SELECT 3, 'running', (SELECT count(*) FROM (
         SELECT 1 FROM __schema__.jobs AS j
-        WHERE j.status = 'running' AND __job_filter__ LIMIT %(cap)s) AS c)
+        WHERE j.status = 'running' AND j.lease_until IS NOT NULL  -- jobs_held's predicate
+          AND __job_filter__ LIMIT %(cap)s) AS c)
     UNION ALL
     SELECT 4, 'waiting', (SELECT count(*) FROM (
         SELECT 1 FROM __schema__.jobs AS j
