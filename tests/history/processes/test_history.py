@@ -98,7 +98,16 @@ def test_the_leaders_pruner_in_history_mode_moves_drops_and_prunes(
                        timeout=60, what="the 30 fresh jobs to move")
             wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs") == 0,
                        timeout=30, what="the old keyed and failed jobs to be pruned")
-            app.events.flush()
+
+            def all_counted() -> bool:
+                # The pruner sends its events once its whole pass has run: the history's
+                # rows can be seen before the job.archived of their move.
+                app.events.flush()
+                with lock:
+                    return (counts["job.archived"] >= 50 and counts["job.pruned"] >= 2
+                            and counts["history.dropped"] >= 1)
+
+            wait_until(all_counted, timeout=30, what="the pruner's events")
     finally:
         app.events.unsubscribe(count)
     # The old done jobs went (moved, then their partition of three days ago dropped);
