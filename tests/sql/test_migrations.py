@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.synchronize
+import threading
+import time
 import traceback
 import uuid
 from typing import Any
@@ -462,3 +464,44 @@ def test_an_upgrade_with_jobs_held_keeps_the_limits_and_the_reaper(dsn, schema, 
         "SELECT count(*) AS n FROM jobs WHERE lease_until IS NOT NULL AND queue = 'limited'"
     ).fetchone()
     assert held == {"n": 2}
+
+
+def test_migration_23_does_not_deadlock_with_a_transaction_that_reads_then_writes(dsn, schema, db):
+    """An application's transaction has read jobs and then enqueues while migration 23
+    waits for its lock. Had the migration built the index (a lock that blocks writes)
+    and only then asked for ACCESS EXCLUSIVE to drop the old indexes, the enqueue would
+    wait for the migration and the migration for it: a deadlock, one of them aborted.
+    The migration takes ACCESS EXCLUSIVE first, so the enqueue goes through, and the
+    migration follows its commit."""
+    with psycopg.connect(dsn) as conn:
+        migrate_to(conn, schema, 22)
+    errors: list[BaseException] = []
+    with psycopg.connect(dsn) as app:
+        app.execute(f'SET search_path TO "{schema}"')  # type: ignore[arg-type]
+        app.execute("SELECT count(*) FROM jobs")
+
+        def migrate() -> None:
+            try:
+                with psycopg.connect(dsn) as conn:
+                    migrate_to(conn, schema, 23)
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        migrating = threading.Thread(target=migrate)
+        migrating.start()
+        deadline = time.monotonic() + 30
+        while db.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+            (f'"{schema}".jobs',),
+        ).fetchone()["n"] == 0:  # type: ignore[index]
+            assert time.monotonic() < deadline, "the migration never waited for its lock"
+            assert migrating.is_alive(), errors
+            time.sleep(0.02)
+        # A deadlock would be found by this session after 100 ms of waiting, and raised.
+        app.execute("SET LOCAL deadlock_timeout = '100ms'")
+        app.execute("INSERT INTO jobs (task) VALUES ('after_a_read')")
+        app.commit()
+    migrating.join(30)
+    assert not migrating.is_alive() and errors == []
+    assert db.execute("SELECT max(version) AS v FROM schema_version").fetchone() == {"v": 23}
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone() == {"n": 1}

@@ -20,14 +20,21 @@
 -- after jobs_held is built, in the migration's transaction: nothing sees the table
 -- without one of them.
 --
--- Building jobs_held reads the table under a lock that blocks writes (the running jobs
--- are few, so it writes little), and CREATE INDEX CONCURRENTLY cannot run in a
--- migration's transaction: on a large table, create it CONCURRENTLY under this name
--- before `pgbaton migrate`, and IF NOT EXISTS leaves it be (a build that failed
--- leaves an invalid index behind: drop it and build again, or the check below stops
--- the migration). The DROPs take the table's ACCESS EXCLUSIVE lock for a moment: after
--- jobs_held is built, DROP INDEX CONCURRENTLY may drop the old two beforehand, and
--- IF EXISTS leaves them gone.
+-- The migration locks jobs ACCESS EXCLUSIVE first, and holds it to its commit. Building
+-- the index alone takes a lock that blocks writes (SHARE) and the DROPs then need
+-- ACCESS EXCLUSIVE: a transaction that had read jobs and then wrote to it (an enqueue
+-- after a read of jobs, in one transaction) deadlocked with that upgrade, and one of
+-- the two was aborted. Taken first, the lock waits for the transactions that use jobs
+-- to end, and then nothing reads or writes jobs until the migration commits: the
+-- build reads the whole table (it writes few entries, the running jobs'). CREATE
+-- INDEX CONCURRENTLY cannot run in a migration's transaction: on a large table, create
+-- it CONCURRENTLY under this name before `pgbaton migrate`, and IF NOT EXISTS leaves
+-- it be, so the lock lasts only for the DROPs (a build that failed leaves an invalid
+-- index behind: drop it and build again, or the check below stops the migration).
+-- Once jobs_held is built, DROP INDEX CONCURRENTLY may drop the old two beforehand,
+-- and IF EXISTS leaves them gone.
+LOCK TABLE __schema__.jobs IN ACCESS EXCLUSIVE MODE;
+
 CREATE INDEX IF NOT EXISTS jobs_held ON __schema__.jobs (queue, lease_until)
     WHERE lease_until IS NOT NULL;
 
