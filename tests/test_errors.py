@@ -74,3 +74,21 @@ def test_every_error_class_pickles() -> None:
         error = cls("the message")
         back = round_trip(error)
         assert type(back) is cls and str(back) == "the message"
+
+
+class Holder:
+    """Something kept on an error that refers back to it."""
+
+    error: BaseException
+
+
+def test_an_error_that_refers_to_itself_comes_back_whole() -> None:
+    """An attribute whose value refers back to the error (a holder kept on it) comes
+    back pointing at the rebuilt error, as a plain exception's does."""
+    error = JobFailed(11, "send_mail", ERRORS, attempts=1)
+    holder = Holder()
+    holder.error = error
+    error.holder = holder  # type: ignore[attr-defined]
+    back = round_trip(error)
+    assert back.holder.error is back  # type: ignore[attr-defined]
+    assert (back.job_id, back.attempts) == (11, 1)  # type: ignore[attr-defined]

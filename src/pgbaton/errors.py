@@ -47,15 +47,14 @@ class PgbatonError(Exception):
         # exception by calling its class with its args, the message alone: an __init__
         # that takes other arguments (JobEnded's job_id, task, errors) then fails, or
         # checks the message as a value (Snooze's seconds). Rebuilt without __init__,
-        # from the message and the attributes as they were.
-        return (_rebuilt, (type(self), self.args, vars(self)))
+        # from the message, and the attributes as they were given back as its state
+        # (after the object exists, so an attribute that refers back to it comes back).
+        return (_rebuilt, (type(self), self.args), vars(self))
 
 
-def _rebuilt(cls: type[PgbatonError], args: tuple[Any, ...],
-             attributes: dict[str, Any]) -> PgbatonError:
+def _rebuilt(cls: type[PgbatonError], args: tuple[Any, ...]) -> PgbatonError:
     error = cls.__new__(cls, *args)
     error.args = args
-    vars(error).update(attributes)
     return error
 
 
