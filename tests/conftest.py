@@ -102,7 +102,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # A module's own xdist_group (tests that share something on the server, such as
         # the lab's schemas) is scheduled as the ones given here are.
         given = item.get_closest_marker("xdist_group")
-        group = ("serial" if "serial" in marks else given.args[0] if given
+        group = ("serial" if "serial" in marks
+                 else (given.args[0] if given.args else given.kwargs["name"]) if given
                  else relative if _has_module_fixture(item) else None)
         if group is not None:
             if given is None:

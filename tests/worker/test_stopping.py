@@ -48,9 +48,11 @@ async def test_a_second_stop_cuts_the_release_of_an_in_process_worker(queue, db,
             locker.execute("SELECT 1 FROM jobs WHERE started_at IS NULL AND status = 'running'"
                            " ORDER BY id LIMIT 1 FOR UPDATE")
             worker.request_stop()
+            # Blocked by this locker: another test's waits on a shared server are not it.
             await wait_for(lambda: count(
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database()") == 1, "the release waiting for the lock")
+                "SELECT count(*) AS n FROM pg_stat_activity"
+                f" WHERE {locker.info.backend_pid} = ANY(pg_blocking_pids(pid))") == 1,
+                "the release waiting for the lock")
             asked = time.monotonic()
             worker.request_stop()
             code = await asyncio.wait_for(asyncio.shield(running), DEADLINE_SECONDS)
