@@ -134,7 +134,13 @@ def test_a_durable_sleep_frees_the_worker_and_resumes_after_its_time(
                     and steps_of(db, job_id)[-1:] == [(1, "sleep", "sleep", False)] and r,
                     "the job sleeps")
         assert row["attempts"] == 0 and row["worker_id"] is None
-        assert row["run_at"] > dt.datetime.now(dt.UTC)
+        # Due when the sleep ends, a second after it began (read from the rows, not the
+        # clock now: on a busy machine that second may be over by the time it is read).
+        sleep = db.execute("SELECT started_at, until FROM job_steps WHERE job_id = %s"
+                           " AND kind = 'sleep'", (job_id,)).fetchone()
+        assert sleep is not None and row["run_at"] == sleep["until"]
+        slept = (sleep["until"] - sleep["started_at"]).total_seconds()
+        assert 0.9 <= slept <= 1.1, slept
         job = wait_for_job(app, job_id, timeout=DEADLINE)
     app.events.flush(timeout=5)
     assert job.status == "done" and job.attempts == 1 and job.result >= 1.0
