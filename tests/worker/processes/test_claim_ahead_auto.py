@@ -340,6 +340,18 @@ def test_a_stopping_worker_hands_back_every_job_it_has_not_started(
     assert len(done) < len(jobs)
 
 
+def _one_running_three_held(start_worker, db, queue, lines_path):
+    """A `pgbaton worker --claim-ahead 3 --concurrency 1` running one 30 s job and holding
+    three ahead: the jobs, the worker, and the first job held ahead."""
+    jobs = _enqueue(queue, 4, args={"seconds": 30})
+    worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
+                          "3", "--concurrency", "1", "--shutdown-grace", "0.2",
+                          app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")
+               == len(jobs), timeout=30, what="one job running and three held ahead")
+    return jobs, worker, scalar(db, "SELECT min(id) FROM jobs WHERE started_at IS NULL")
+
+
 def test_a_release_at_stop_cut_by_a_passing_error_is_sent_again(
     start_worker, db, queue, dsn, lines_path
 ):
@@ -349,13 +361,7 @@ def test_a_release_at_stop_cut_by_a_passing_error_is_sent_again(
     back to pending, attempts and holds given back, instead of waiting for its lease and
     the reaper, which would count a hold (and, for the started one, an attempt) for a
     death that never happened."""
-    jobs = _enqueue(queue, 4, args={"seconds": 30})
-    worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
-                          "3", "--concurrency", "1", "--shutdown-grace", "0.2",
-                          app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
-    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")
-               == len(jobs), timeout=30, what="one job running and three held ahead")
-    held = scalar(db, "SELECT min(id) FROM jobs WHERE started_at IS NULL")
+    jobs, worker, held = _one_running_three_held(start_worker, db, queue, lines_path)
     with psycopg.connect(dsn) as locker:
         locker.execute("SET search_path TO " + queue.schema)
         locker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (held,))
@@ -384,20 +390,15 @@ def test_a_second_stop_cuts_a_release_that_waits(start_worker, db, queue, dsn, l
     (run.py's timer, exit 1), not at the lock's end nor at STOP_RELEASE_SECONDS; the
     jobs it could not release are left to their leases, still running under its token
     (nothing half-written)."""
-    jobs = _enqueue(queue, 4, args={"seconds": 30})
-    worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
-                          "3", "--concurrency", "1", "--shutdown-grace", "0.2",
-                          app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
-    wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")
-               == len(jobs), timeout=30, what="one job running and three held ahead")
-    held = scalar(db, "SELECT min(id) FROM jobs WHERE started_at IS NULL")
+    _, worker, held = _one_running_three_held(start_worker, db, queue, lines_path)
     with psycopg.connect(dsn) as locker:
         locker.execute("SET search_path TO " + queue.schema)
         locker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (held,))
         worker.process.send_signal(signal.SIGTERM)
-        wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity"
-                                      " WHERE wait_event_type = 'Lock'"
-                                      " AND datname = current_database()") == 1,
+        # Blocked by this locker: another test's waits on a shared server are not it.
+        wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE %s"
+                                      " = ANY(pg_blocking_pids(pid))",
+                                  locker.info.backend_pid) == 1,
                    timeout=30, what="the stop's release waiting for the lock")
         asked = time.monotonic()
         worker.process.send_signal(signal.SIGTERM)
