@@ -89,14 +89,16 @@ def test_flow_claims_past_marks_keep_the_concurrency_limit_and_the_pause(
     assert _running(db, "small") <= 4
 
 
-def _claimable_blocks(dsn: str, schema: str, after: str | None) -> int:
-    """Blocks of jobs_queue_claimable that one flow claim fetched (counted in its
-    transaction: the claim's statements run inside the function, where EXPLAIN does not
-    see them), rolled back."""
+def _claimable_blocks(
+    dsn: str, schema: str, after: str | None, index: str = "jobs_queue_claimable"
+) -> int:
+    """Blocks of the index that one flow claim fetched (counted in its transaction: the
+    claim's statements run inside the function, where EXPLAIN does not see them),
+    rolled back."""
     text = _sql.queries(schema)["job_claim_flow"]
     params = {"worker_id": "measure", "limit": 10, "lease": 30.0, "queues": None,
               "tasks": None, "finished": None, "starting": 10, "after": after}
-    fetched = "SELECT pg_stat_get_xact_blocks_fetched('jobs_queue_claimable'::regclass) AS n"
+    fetched = f"SELECT pg_stat_get_xact_blocks_fetched('{index}'::regclass) AS n"
     with psycopg.connect(dsn) as conn:
         conn.execute(f'SET search_path = "{schema}"')
         [[before]] = conn.execute(fetched).fetchall()
@@ -127,3 +129,23 @@ def test_under_a_held_xmin_the_flow_claim_past_its_mark_skips_the_dead_head(
         holder.rollback()
     # 6,000 dead entries at the queue's head, none of which the holder lets go.
     assert past_mark * 5 < from_head, (past_mark, from_head)
+
+
+def test_under_a_held_xmin_an_unlimited_queue_counts_no_held_jobs(
+    queue: pgbaton.Queue, dsn: str, schema: str
+):
+    """Another queue paused, so the flow claim serves this one, which has no concurrency
+    limit: it reads no held count in jobs_held, whose dead entries (one per job claimed
+    since the hold) a count from its head would read."""
+    queue.pause("other")
+    queue.enqueue_many([{"task": "noop"} for _ in range(5000)])
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT txid_current()")
+        for _ in range(40):
+            claims = queue.claim("w", limit=100)
+            assert len(claims) == 100
+            queue.complete_many([(c, None) for c in claims])
+        # The ten claimed write ten entries; a count would read the 4,000 dead ones too.
+        held = _claimable_blocks(dsn, schema, None, index="jobs_held")
+        holder.rollback()
+    assert held < 30, held

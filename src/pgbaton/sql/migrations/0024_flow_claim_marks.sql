@@ -8,6 +8,8 @@
 -- `after`): a queue with a mark is read past it, the higher priorities from their head
 -- and the lower ones after it, and is served without the descent that finds whether it
 -- has pending jobs. NULL reads every queue from its head, as before.
+-- And a queue with no concurrency limit no longer counts its held jobs: the count ran
+-- with no LIMIT for every queue a flow claim served, paused or limited or not.
 -- The previous release calls the seven arguments; they become a call of the new body
 -- with no marks, which claims what the old body claimed.
 
@@ -118,14 +120,17 @@ BEGIN
     RETURN QUERY
     WITH allowance AS (
         SELECT s.name,
+               -- A queue with no concurrency limit counts nothing (migration 24): the
+               -- count with no LIMIT read every held job of the queue, and under a held
+               -- xmin every dead entry of jobs_held that its claimed jobs left behind.
                least(wanted,
-                     q.concurrency - (
+                     CASE WHEN q.concurrency IS NOT NULL THEN q.concurrency - (
                          SELECT count(*) FROM (
                              SELECT 1 FROM __schema__.jobs AS h
                              WHERE h.queue = s.name AND h.queue <> ''
                                AND h.lease_until IS NOT NULL
                                AND (finished IS NULL OR h.claim_token <> ALL(finished))
-                             LIMIT q.concurrency) AS held),
+                             LIMIT q.concurrency) AS held) END,
                      q.rate_limit - (
                          SELECT count(*) FROM __schema__.queue_starts AS st
                          WHERE st.queue = s.name
