@@ -13,7 +13,9 @@ that takes 0.5 s comes every 5 s, so the dead head never takes more than a tenth
 claims' time, however long it grows (but never more than MAX_HEAD_INTERVAL_SECONDS
 apart). Those claims take what became pending behind a mark: a job whose lease was
 reaped, a dependency's child, the next job of a key that was busy; and they find out
-whether the head is still slow (docs/explanation/scaling.md, "A held xmin")."""
+whether the head is still slow (docs/explanation/scaling.md, "A held xmin"). The flow
+claim (job_claim_flow, migration 24) has marks of its own, one per queue always
+(`by_queue`): it reads each queue's range of jobs_queue_claimable."""
 
 from __future__ import annotations
 
