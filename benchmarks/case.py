@@ -322,12 +322,15 @@ async def held_xmin(system: System, p: dict[str, Any]) -> dict[str, Any]:
     concurrency 32, and after a warm-up a session that holds the xmin horizon back for
     `hold` seconds (`readers` > 0: that many REPEATABLE READ sessions scanning the jobs
     table instead, with `reader_parallel` as their max_parallel_workers_per_gather when
-    given); every `window` seconds the jobs table says how many finished, how
-    many were offered and how long they waited for their claim. At the end every job must
-    be done, once."""
+    given; `queue_limit`: a concurrency limit on the cell's queue, so the worker claims
+    through the flow claim); every `window` seconds the jobs table says how many
+    finished, how many were offered and how long they waited for their claim. At the
+    end every job must be done, once."""
     readers = p.get("readers", 0)
     assert system.db is not None
     PROBE.reset()
+    if p.get("queue_limit"):
+        await system.limit_queue(p["queue_limit"])
     await system.start_worker_process(p["concurrency"])
     producer = xmin.PacedProducer(system.enqueue_batch, p["rate"], p.get("tick", xmin.TICK_S))
     producing = asyncio.create_task(producer.run(), name="producer")
@@ -368,7 +371,8 @@ async def held_xmin(system: System, p: dict[str, Any]) -> dict[str, Any]:
         "info": {
             "rate": p["rate"], "hold_seconds": hold_seconds, "readers": readers,
             "reader_parallel": p.get("reader_parallel"),
-            "concurrency": p["concurrency"], "window_seconds": p["window"],
+            "queue_limit": p.get("queue_limit"), "concurrency": p["concurrency"],
+            "window_seconds": p["window"],
             "done_met": verdict["done_met"], "wait_met": verdict["wait_met"],
             "sent": producer.sent, "producer_most_behind": producer.most_behind,
             "caught_up_seconds": caught_up, "ran_twice": PROBE.duplicates,

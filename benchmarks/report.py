@@ -568,6 +568,7 @@ def held_xmin_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             row["rate"] = good[0]["info"]["rate"]
             row["hold_seconds"] = good[0]["info"]["hold_seconds"]
             row["reader_parallel"] = good[0]["info"].get("reader_parallel")
+            row["queue_limit"] = good[0]["info"].get("queue_limit")
             worst = metrics.get("hold_done_ratio_min")
             streak = metrics.get("hold_wait_p99_streak")
             row["done_met"] = None if worst is None else worst >= DONE_FLOOR
@@ -604,6 +605,8 @@ def render_held_xmin(rows: list[dict[str, Any]], plan: dict[str, Any],
         hold = HELD_XMIN_CASES[row["case_id"]]
         if row.get("reader_parallel") is not None:
             hold += f" (max_parallel_workers_per_gather {row['reader_parallel']})"
+        if row.get("queue_limit") is not None:
+            hold += f", queue limited to {row['queue_limit']} (the flow claim)"
         head = f"| {hold} | {labels.get(row['system'], row['system'])}"
         if "error" in row:
             lines.append(f"{head} | failed: {row['error'][:200]} | | | | | | |")

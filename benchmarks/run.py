@@ -74,6 +74,8 @@ class Plan:
     xmin_repeats: int = 1
     # The readers' max_parallel_workers_per_gather (held_xmin_readers); None: the server's.
     xmin_reader_parallel: int | None = None
+    # A concurrency limit on the cell's queue (the flow claim's cell); None: no limit.
+    xmin_queue_limit: int | None = None
 
 
 FULL = Plan(
@@ -134,6 +136,8 @@ def case_runs(plan: Plan, cases: list[str], systems: dict[str, dict[str, Any]]) 
                       "concurrency": 32, "readers": readers, "drain_timeout": 300.0}
             if readers and plan.xmin_reader_parallel is not None:
                 params["reader_parallel"] = plan.xmin_reader_parallel
+            if plan.xmin_queue_limit is not None:
+                params["queue_limit"] = plan.xmin_queue_limit
             groups.append((case_id, "held_xmin", params,
                            plan.xmin_warmup + plan.xmin_hold + 420, plan.xmin_repeats))
     runs: list[Run] = []
@@ -310,6 +314,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--xmin-reader-parallel", type=int,
                         help="max_parallel_workers_per_gather in the held_xmin_readers "
                         "case's reader sessions (default: the server's setting)")
+    parser.add_argument("--xmin-queue-limit", type=int,
+                        help="a concurrency limit on the held-xmin cells' queue, so the "
+                        "worker claims through the flow claim (default: none)")
     parser.add_argument("--profile", action="store_true",
                         help="also record a py-spy profile of pgbaton's drain")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
@@ -339,6 +346,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         plan.xmin_hold = args.xmin_hold
     if args.xmin_reader_parallel is not None:
         plan.xmin_reader_parallel = args.xmin_reader_parallel
+    if args.xmin_queue_limit is not None:
+        plan.xmin_queue_limit = args.xmin_queue_limit
     return plan
 
 

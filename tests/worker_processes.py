@@ -104,7 +104,10 @@ def start_worker(
             **os.environ,
             "PGBATON_DSN": dsn_override or dsn,
             "PGBATON_TEST_SCHEMA": app_schema,
-            "PYTHONPATH": str(ROOT),
+            # The caller's path after the root, as cli_helpers.clean_env keeps it: a
+            # checkout's src on PYTHONPATH is the pgbaton the workers run.
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                        os.environ.get("PYTHONPATH")])),
             "PYTHONFAULTHANDLER": "1",  # a stuck worker's stacks, on SIGABRT (stop())
             **(env_extra or {}),
         }

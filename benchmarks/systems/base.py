@@ -162,6 +162,11 @@ class System:
         every other job in claim order. Only systems with flow control have the case."""
         raise NotImplementedError
 
+    async def limit_queue(self, concurrency: int) -> None:
+        """A fleet-wide concurrency limit on the queue the cases enqueue to (the held-xmin
+        cell's --xmin-queue-limit). Only systems with flow control have it."""
+        raise NotImplementedError
+
     async def claim_one(self) -> int:
         """One claim of LIMIT 1 through the system's own claim path; returns rows claimed."""
         raise NotImplementedError

@@ -140,6 +140,9 @@ class PgbatonSystem(System):
             {"rows": rows},
         )
 
+    async def limit_queue(self, concurrency: int) -> None:
+        await app.async_queue.set_concurrency("default", concurrency)
+
     async def claim_one(self) -> int:
         if self.queue is None:
             self.queue = pgbaton.AsyncQueue(self.dsn, schema=SCHEMA)

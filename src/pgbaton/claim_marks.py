@@ -13,7 +13,9 @@ that takes 0.5 s comes every 5 s, so the dead head never takes more than a tenth
 claims' time, however long it grows (but never more than MAX_HEAD_INTERVAL_SECONDS
 apart). Those claims take what became pending behind a mark: a job whose lease was
 reaped, a dependency's child, the next job of a key that was busy; and they find out
-whether the head is still slow (docs/explanation/scaling.md, "A held xmin")."""
+whether the head is still slow (docs/explanation/scaling.md, "A held xmin"). The flow
+claim (job_claim_flow, migration 24) has marks of its own, one per queue always
+(`by_queue`): it reads each queue's range of jobs_queue_claimable."""
 
 from __future__ import annotations
 
@@ -70,13 +72,16 @@ class _Marks:
 class ClaimMarks:
     """The marks of one queue object's claims, by the queues and tasks they name.
     `slow_head`: SLOW_HEAD_SECONDS, or another threshold (0: every claim from the head
-    counts as slow). `clock`: monotonic seconds (tests move it)."""
+    counts as slow). `clock`: monotonic seconds (tests move it). `by_queue`: marks per
+    queue even for a claim that names none (the flow claim's: it reads queue by queue)."""
 
     def __init__(
-        self, slow_head: float = SLOW_HEAD_SECONDS, clock: Callable[[], float] = time.monotonic
+        self, slow_head: float = SLOW_HEAD_SECONDS, clock: Callable[[], float] = time.monotonic,
+        *, by_queue: bool = False,
     ) -> None:
         self.slow_head = slow_head
         self._clock = clock
+        self._by_queue = by_queue
         self._quickest = math.inf  # the quickest claim's round trip so far
         self._marks: dict[ClaimKind, _Marks] = {}
 
@@ -123,7 +128,7 @@ class ClaimMarks:
             if claim.run_at is None:
                 continue
             mark = (claim.priority, claim.run_at, claim.id)
-            if queues is None:
+            if queues is None and not self._by_queue:
                 marks.every = mark
             else:
                 marks.queues[claim.queue] = mark

@@ -79,6 +79,11 @@ class Engine:
         self._flow_controlled = False
         self._flow_read_at = -math.inf
         self._claim_marks = ClaimMarks()
+        # The flow claim's, apart: it reads each queue's range of jobs_queue_claimable,
+        # so its marks are per queue even when it names none, where the plain claim's
+        # one mark is a place in jobs_claimable across queues; and its statement's time
+        # (a function that locks and counts too) is not the plain claim's to compare.
+        self._flow_claim_marks = ClaimMarks(by_queue=True)
         # The queues with a concurrency or rate limit, as last read: their completions
         # wake the fleet's workers, who may be waiting for the room they free.
         self.limited_queues: frozenset[str] = frozenset()
@@ -111,11 +116,12 @@ class Engine:
         start_many() starts them."""
         params = claim_params(worker_id, limit, lease, queues, tasks, finished=finished,
                               starting=starting)
-        statement = "job_claim_flow" if self._flow_is_on() else "job_claim_many"
-        plain = statement == "job_claim_many"
+        if self._flow_is_on():
+            statement, marks = "job_claim_flow", self._flow_claim_marks
+        else:
+            statement, marks = "job_claim_many", self._claim_marks
         for _ in range(3):
-            if plain:
-                params["after"] = self._claim_marks.after(params["queues"], params["tasks"])
+            params["after"] = marks.after(params["queues"], params["tasks"])
             took: list[float] = []  # the statement's own time, not the pool's wait
             try:
                 columns, rows = self._db._fetch_tuples(statement, params, took)
@@ -124,10 +130,8 @@ class Engine:
                 # jobs committed out of id order; the other claim won, try again.
                 continue
             batch = read_claim_batch(columns, rows)
-            if plain:
-                self._claim_marks.claimed(
-                    params["queues"], params["tasks"], after=params["after"],
-                    claims=batch.claims, seconds=took[0])
+            marks.claimed(params["queues"], params["tasks"], after=params["after"],
+                          claims=batch.claims, seconds=took[0])
             return batch
         return ClaimBatch([])
 

@@ -71,7 +71,7 @@ def _claim_explained(server_dsn: str, schema: str) -> tuple[list[dict[str, Any]]
                                "auto_explain.log_buffers = on")
         query = _sql.queries(schema)["job_claim_flow"]
         params = {"worker_id": "explainer", "limit": BATCH, "lease": 30.0, "queues": None,
-                  "tasks": None, "finished": None, "starting": BATCH}
+                  "tasks": None, "finished": None, "starting": BATCH, "after": None}
         # The first call of a session also reads the catalogue to plan the function's
         # statements (hundreds of pages); a worker pays that once. Measure the second.
         with conn.transaction(force_rollback=True):

@@ -189,7 +189,8 @@ def test_enqueue_joins_atomic_blocks_of_pgbatons_database_only(
     pgbaton's own pool and stays."""
     run = subprocess.run(
         [sys.executable, "-c", TWO_DATABASES_SCRIPT, dsn, shop], cwd=PROJECT.parents[1],
-        env={**os.environ, "PYTHONPATH": str(PROJECT.parents[1])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PROJECT.parents[1]), os.environ.get("PYTHONPATH")]))},
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert run.returncode == 0, run.stderr
@@ -243,7 +244,8 @@ def test_a_django_connection_on_psycopg2_is_refused_with_what_to_do(
     """Django on psycopg2 is refused in one line saying to install psycopg 3."""
     run = subprocess.run(
         [sys.executable, "-c", PSYCOPG2_SCRIPT, dsn, shop], cwd=PROJECT.parents[1],
-        env={**os.environ, "PYTHONPATH": str(PROJECT.parents[1])},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PROJECT.parents[1]), os.environ.get("PYTHONPATH")]))},
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert run.returncode == 0, run.stderr

@@ -143,7 +143,7 @@ def test_the_flow_claims_held_count_reads_one_queue_of_jobs_held(big, server_dsn
     without finished claims to leave out, and in the generic plan of a worker's
     long-lived connection (the eighth call)."""
     params = {"worker_id": "explainer", "limit": 10, "lease": 30.0, "queues": ["limited"],
-              "tasks": None, "finished": finished, "starting": 10}
+              "tasks": None, "finished": finished, "starting": 10, "after": None}
     for runs in (1, 8):
         plans = _plans(server_dsn, big, "job_claim_flow", params, runs=runs)
         held = [

@@ -436,11 +436,9 @@ def test_an_upgrade_with_jobs_held_keeps_the_limits_and_the_reaper(dsn, schema, 
         migrate_to(conn, schema, 22)
     db.execute("INSERT INTO queues (name, concurrency) VALUES ('limited', 2)")
     db.execute("INSERT INTO jobs (queue, task) SELECT 'limited', 't' FROM generate_series(1, 4)")
-    # Version 22's claim: job_claim_flow is a function of the schema, not of the library.
+    # Version 22's claim, its seven arguments (this release's passes an eighth).
     claimed = db.execute(
-        _sql.queries(schema)["job_claim_flow"],  # type: ignore[arg-type]
-        {"worker_id": "old", "limit": 10, "lease": 60.0, "queues": None, "tasks": None,
-         "finished": None, "starting": 10},
+        "SELECT * FROM job_claim_flow('old', 10, 60.0, NULL, NULL, NULL, 10)"
     ).fetchall()
     assert [row["queue"] for row in claimed] == ["limited", "limited"]
     expired = claimed[0]["id"]

@@ -374,10 +374,12 @@ SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
 -- rate-limited queue is full, one more row with no job whose next_slot_at says when its
 -- next start is due. `finished`: the worker's jobs whose handlers ended and whose
 -- outcomes are not written yet, which no longer count against their limits (NULL:
--- none). `starting` as in job_claim_many.
+-- none). `starting` as in job_claim_many. `after`: the marks of this worker's flow
+-- claims, per queue whether or not the claim names queues (the function reads queue by
+-- queue); NULL reads each queue from its head (migration 24).
 SELECT * FROM __schema__.job_claim_flow(
     %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[],
-    %(finished)s::uuid[], %(starting)s::integer);
+    %(finished)s::uuid[], %(starting)s::integer, %(after)s::jsonb);
 
 -- name: job_age_priority
 -- The leader's aging pass: for each queue whose aging_every has passed since its last

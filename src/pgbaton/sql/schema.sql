@@ -259,9 +259,14 @@ CREATE INDEX jobs_limit_key_held ON __schema__.jobs (queue, limit_key)
 -- `starting` (migration 9): how many of the claimed jobs start at once, as in
 -- job_claim_many; the others are claimed ahead, with no started_at until
 -- job_start_many, and `started` says which is which.
+-- `after` (migration 24): the claim's marks, as job_claim_many's (claim_marks.py; NULL
+-- reads every queue from its head). Under a held xmin each claimed job leaves a dead
+-- entry at its queue's head in jobs_queue_claimable that no VACUUM may remove, and a
+-- claim from the head reads them all; a queue with a mark is read past it
+-- (docs/explanation/scaling.md, "A held xmin").
 CREATE FUNCTION __schema__.job_claim_flow(
     worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
-    finished uuid[], starting integer)
+    finished uuid[], starting integer, after jsonb)
 RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
                task text, args jsonb, key text, queue text, priority integer,
                run_at timestamptz, lease_until timestamptz, idempotency_key text,
@@ -273,6 +278,7 @@ DECLARE
     clock timestamptz;
     serving text[];
     rated integer;
+    marked text[];
 BEGIN
     -- As job_claim_many, the commit need not wait for the disk: a claim lost in a crash
     -- is what an expired lease is anyway. The flow lock, shared with every other claim;
@@ -300,17 +306,37 @@ BEGIN
           FOR NO KEY UPDATE) AS locked;
 
     IF only_queues IS NULL THEN
-        -- The queues that have pending jobs: one index descent per queue.
+        -- The queues that have pending jobs: one index descent per queue. A queue with
+        -- a mark (`after`, below) is served without one: the descent to its first
+        -- pending job would read its dead head, the walk its mark is there to spare.
+        -- So each descent stops short of the next marked queue, which comes next if
+        -- nothing pending lies between (migration 24).
+        marked := ARRAY(SELECT m.name FROM jsonb_object_keys(after -> 'queues') AS m(name)
+                        ORDER BY m.name);
         serving := ARRAY(
             WITH RECURSIVE pending_queue(name) AS (
-                (SELECT j.queue FROM __schema__.jobs AS j
-                 WHERE j.status = 'pending' AND j.queue <> '' ORDER BY j.queue LIMIT 1)
+                SELECT CASE WHEN marked[1] IS NULL THEN
+                    (SELECT j.queue FROM __schema__.jobs AS j
+                     WHERE j.status = 'pending' AND j.queue <> '' ORDER BY j.queue LIMIT 1)
+                ELSE coalesce(
+                    (SELECT j.queue FROM __schema__.jobs AS j
+                     WHERE j.status = 'pending' AND j.queue <> '' AND j.queue < marked[1]
+                     ORDER BY j.queue LIMIT 1), marked[1]) END
                 UNION ALL
-                SELECT (SELECT j.queue FROM __schema__.jobs AS j
-                        WHERE j.status = 'pending' AND j.queue <> ''
-                          AND j.queue > p.name
-                        ORDER BY j.queue LIMIT 1)
-                FROM pending_queue AS p WHERE p.name IS NOT NULL
+                SELECT CASE WHEN n.mark IS NULL THEN
+                    (SELECT j.queue FROM __schema__.jobs AS j
+                     WHERE j.status = 'pending' AND j.queue <> ''
+                       AND j.queue > p.name
+                     ORDER BY j.queue LIMIT 1)
+                ELSE coalesce(
+                    (SELECT j.queue FROM __schema__.jobs AS j
+                     WHERE j.status = 'pending' AND j.queue <> ''
+                       AND j.queue > p.name AND j.queue < n.mark
+                     ORDER BY j.queue LIMIT 1), n.mark) END
+                FROM pending_queue AS p
+                CROSS JOIN LATERAL (SELECT min(m.name) AS mark FROM unnest(marked) AS m(name)
+                                    WHERE m.name > p.name) AS n
+                WHERE p.name IS NOT NULL
             )
             SELECT p.name FROM pending_queue AS p WHERE p.name IS NOT NULL);
     ELSE
@@ -345,14 +371,17 @@ BEGIN
     RETURN QUERY
     WITH allowance AS (
         SELECT s.name,
+               -- A queue with no concurrency limit counts nothing (migration 24): the
+               -- count with no LIMIT read every held job of the queue, and under a held
+               -- xmin every dead entry of jobs_held that its claimed jobs left behind.
                least(wanted,
-                     q.concurrency - (
+                     CASE WHEN q.concurrency IS NOT NULL THEN q.concurrency - (
                          SELECT count(*) FROM (
                              SELECT 1 FROM __schema__.jobs AS h
                              WHERE h.queue = s.name AND h.queue <> ''
                                AND h.lease_until IS NOT NULL
                                AND (finished IS NULL OR h.claim_token <> ALL(finished))
-                             LIMIT q.concurrency) AS held),
+                             LIMIT q.concurrency) AS held) END,
                      q.rate_limit - (
                          SELECT count(*) FROM __schema__.queue_starts AS st
                          WHERE st.queue = s.name
@@ -376,51 +405,73 @@ BEGIN
                                      THEN c.id END
                    ORDER BY c.priority DESC, c.run_at, c.id) AS of_key
         FROM allowance AS a
+        -- Past the queue's mark (`after`: {"queues": {name: [priority, run_at, id]}},
+        -- the last job this worker's flow claim took from the queue, migration 24), as
+        -- job_claim_many's named arm: the higher priorities from their head, the mark's
+        -- priority after the mark, then the lower ones, each read only as far as the
+        -- room needs, so no row is locked that the room could not take. No mark: the
+        -- queue's whole range, from its head.
         CROSS JOIN LATERAL (
             SELECT c.id, c.priority, c.run_at, c.limit_key
-            FROM __schema__.jobs AS c
-            WHERE c.queue = a.name AND c.queue <> ''
-              AND c.status = 'pending'
-              AND c.run_at <= clock
-              AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
-              -- The four per-key probes of job_claim_many.
-              AND (c.key IS NULL OR (
-                    NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS running
-                        WHERE running.key = c.key AND running.status = 'running'
-                          AND running.key IS NOT NULL)
-                    AND NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS held
-                        WHERE held.key = c.key AND held.lease_until > clock
-                          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
-                          AND held.status IN ('cancelled', 'pending'))
-                    AND NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS older
-                        WHERE older.key = c.key AND older.status = 'pending'
-                          AND older.id < c.id)
-                    AND NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS parked
-                        WHERE parked.key = c.key AND parked.status = 'waiting'
-                          AND parked.key IS NOT NULL
-                          AND parked.id < c.id)))
-              -- A job of a limit key whose own limits are reached waits (and is read
-              -- past: per-key limits do not have the queue limits' index shortcut).
-              AND (c.limit_key IS NULL OR a.key_concurrency IS NULL OR (
-                    SELECT count(*) FROM (
-                        SELECT 1 FROM __schema__.jobs AS k
-                        WHERE k.queue = c.queue AND k.limit_key = c.limit_key
-                          AND k.lease_until IS NOT NULL AND k.limit_key IS NOT NULL
-                          AND k.queue <> ''
-                          AND (finished IS NULL OR k.claim_token <> ALL(finished))
-                        LIMIT a.key_concurrency) AS held_of_key) < a.key_concurrency)
-              AND (c.limit_key IS NULL OR a.key_rate_limit IS NULL OR (
-                    SELECT count(*) FROM __schema__.queue_starts AS ks
-                    WHERE ks.queue = c.queue AND ks.limit_key = c.limit_key
-                      AND ks.limit_key IS NOT NULL
-                      AND ks.started_at > clock - a.key_rate_period) < a.key_rate_limit)
-            ORDER BY c.priority DESC, c.run_at, c.id
+            FROM (SELECT after -> 'queues' -> a.name AS m) AS mark
+            CROSS JOIN LATERAL (VALUES
+                ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
+                 0::bigint),
+                ((mark.m ->> 0)::bigint, (mark.m ->> 0)::bigint, (mark.m ->> 1)::timestamptz,
+                 (mark.m ->> 2)::bigint),
+                (-2147483648::bigint, coalesce((mark.m ->> 0)::bigint - 1, 2147483647),
+                 '-infinity'::timestamptz, 0::bigint)
+            ) AS part(low, high, after_run_at, after_id)
+            CROSS JOIN LATERAL (
+                SELECT c.id, c.priority, c.run_at, c.limit_key
+                FROM __schema__.jobs AS c
+                WHERE c.queue = a.name AND c.queue <> ''
+                  AND c.status = 'pending'
+                  AND c.run_at <= clock
+                  AND c.priority >= part.low AND c.priority <= part.high
+                  AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
+                  AND (only_tasks IS NULL OR c.task = ANY(only_tasks))
+                  -- The four per-key probes of job_claim_many.
+                  AND (c.key IS NULL OR (
+                        NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS running
+                            WHERE running.key = c.key AND running.status = 'running'
+                              AND running.key IS NOT NULL)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS held
+                            WHERE held.key = c.key AND held.lease_until > clock
+                              AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                              AND held.status IN ('cancelled', 'pending'))
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS older
+                            WHERE older.key = c.key AND older.status = 'pending'
+                              AND older.id < c.id)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS parked
+                            WHERE parked.key = c.key AND parked.status = 'waiting'
+                              AND parked.key IS NOT NULL
+                              AND parked.id < c.id)))
+                  -- A job of a limit key whose own limits are reached waits (and is read
+                  -- past: per-key limits do not have the queue limits' index shortcut).
+                  AND (c.limit_key IS NULL OR a.key_concurrency IS NULL OR (
+                        SELECT count(*) FROM (
+                            SELECT 1 FROM __schema__.jobs AS k
+                            WHERE k.queue = c.queue AND k.limit_key = c.limit_key
+                              AND k.lease_until IS NOT NULL AND k.limit_key IS NOT NULL
+                              AND k.queue <> ''
+                              AND (finished IS NULL OR k.claim_token <> ALL(finished))
+                            LIMIT a.key_concurrency) AS held_of_key) < a.key_concurrency)
+                  AND (c.limit_key IS NULL OR a.key_rate_limit IS NULL OR (
+                        SELECT count(*) FROM __schema__.queue_starts AS ks
+                        WHERE ks.queue = c.queue AND ks.limit_key = c.limit_key
+                          AND ks.limit_key IS NOT NULL
+                          AND ks.started_at > clock - a.key_rate_period) < a.key_rate_limit)
+                ORDER BY c.priority DESC, c.run_at, c.id
+                LIMIT greatest(a.room, 0)
+                FOR UPDATE SKIP LOCKED
+            ) AS c
+            WHERE part.low IS NOT NULL
             LIMIT greatest(a.room, 0)
-            FOR UPDATE SKIP LOCKED
         ) AS c
         WHERE a.room > 0
     ),
@@ -492,6 +543,21 @@ BEGIN
       AND w.starts >= q.rate_limit
     HAVING min(w.oldest + q.rate_period) IS NOT NULL;
 END;
+$$;
+
+-- The previous release's call (migration 9's seven arguments): from the head, as before
+-- (migration 24). One body for both.
+CREATE FUNCTION __schema__.job_claim_flow(
+    worker text, wanted integer, lease float8, only_queues text[], only_tasks text[],
+    finished uuid[], starting integer)
+RETURNS TABLE (id bigint, claim_token uuid, attempts integer, max_attempts integer,
+               task text, args jsonb, key text, queue text, priority integer,
+               run_at timestamptz, lease_until timestamptz, idempotency_key text,
+               created_at timestamptz, next_slot_at timestamptz, meta jsonb,
+               started boolean)
+LANGUAGE sql AS $$
+    SELECT * FROM __schema__.job_claim_flow(worker, wanted, lease, only_queues, only_tasks,
+                                            finished, starting, NULL::jsonb);
 $$;
 
 -- Dependencies and batches (migration 5, docs/explanation/dependencies.md).
