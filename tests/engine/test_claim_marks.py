@@ -8,6 +8,7 @@ claim from the head reads every dead entry."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from pgbaton.claim_marks import (
     CLAIM_HEAD_SECONDS,
     HEAD_COST_SHARE,
     MAX_HEAD_INTERVAL_SECONDS,
+    MAX_QUEUE_MARKS,
     SLOW_HEAD_READS,
     ClaimMarks,
 )
@@ -160,3 +162,65 @@ def test_under_a_held_xmin_the_claim_past_its_mark_skips_the_dead_head(
         holder.rollback()
     # 4,000 dead entries at the head: the claim from it reads the pages of their rows.
     assert past_mark * 5 < from_head, (past_mark, from_head)
+
+
+def _claim_of(queue: str, job_id: int) -> Claim:
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    return Claim(id=job_id, token=uuid.uuid4(), attempts=1, max_attempts=3, task="t",
+                 args={}, key=None, queue=queue, priority=0, lease_until=at,
+                 created_at=at, run_at=at)
+
+
+def _slow_head(marks: ClaimMarks, claims: list[Claim], seconds: float = 0.5) -> None:
+    """A quick claim from the head (the quickest so far), then SLOW_HEAD_READS slow."""
+    assert marks.after(None, None) is None
+    marks.claimed(None, None, after=None, claims=[], seconds=0.001)
+    for _ in range(SLOW_HEAD_READS):
+        assert marks.after(None, None) is None
+        marks.claimed(None, None, after=None, claims=claims, seconds=seconds)
+
+
+def test_a_flow_claim_keeps_the_marks_of_its_latest_queues_only():
+    """The flow claim serves every queue it has a mark of, at every claim: one queue
+    per tenant would make each claim past the marks read thousands of queues (slower
+    than the head it avoids). It keeps the MAX_QUEUE_MARKS queues it claimed from last;
+    the others are read from their head."""
+    marks = ClaimMarks(clock=Clock(), by_queue=True)
+    _slow_head(marks, [_claim_of(f"tenant-{n:04}", n) for n in range(1, 1001)])
+    after = marks.after(None, None)
+    assert after is not None
+    kept = json.loads(after)["queues"]
+    assert sorted(kept) == [f"tenant-{n:04}" for n in range(1001 - MAX_QUEUE_MARKS, 1001)]
+    # A queue claimed from again is the latest: it stays as newer ones come.
+    marks.claimed(None, None, after=after, claims=[_claim_of("tenant-0990", 2000)],
+                  seconds=0.001)
+    marks.claimed(None, None, after=after,
+                  claims=[_claim_of(f"new-{n}", 3000 + n) for n in range(MAX_QUEUE_MARKS - 1)],
+                  seconds=0.001)
+    kept = json.loads(marks.after(None, None) or "{}")["queues"]
+    assert "tenant-0990" in kept and len(kept) == MAX_QUEUE_MARKS
+    assert kept["tenant-0990"][2] == 2000
+
+
+def test_claims_past_marks_slower_than_the_head_go_back_to_the_head():
+    """Marks pay only while they are quicker than the head: SLOW_HEAD_READS claims in a
+    row past the marks that take longer than the last claim from the head send the
+    claims back to the head (which must be slow SLOW_HEAD_READS times again to bring
+    the marks back)."""
+    marks = ClaimMarks(clock=Clock())
+    claims = [_claim_of("default", 1)]
+    _slow_head(marks, claims, seconds=0.02)
+    for _ in range(SLOW_HEAD_READS - 1):
+        after = marks.after(None, None)
+        assert after is not None
+        marks.claimed(None, None, after=after, claims=claims, seconds=0.5)
+    after = marks.after(None, None)
+    assert after is not None  # two slow claims past the marks may be a stall
+    marks.claimed(None, None, after=after, claims=claims, seconds=0.001)  # quick: reset
+    for _ in range(SLOW_HEAD_READS):
+        after = marks.after(None, None)
+        assert after is not None
+        marks.claimed(None, None, after=after, claims=claims, seconds=0.5)
+    assert marks.after(None, None) is None  # back to the head
+    marks.claimed(None, None, after=None, claims=claims, seconds=0.02)
+    assert marks.after(None, None) is None  # one slow head read is not three
