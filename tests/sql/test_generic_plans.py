@@ -22,6 +22,7 @@ import pytest
 
 import pgbaton
 from pgbaton import _sql
+from pgbaton._engine_base import claim_params
 from tests.helpers import auto_explained, plan_nodes
 
 # Sent by the worker (and the handlers' context) at every batch, from one job up.
@@ -98,3 +99,23 @@ def test_the_generic_plan_reads_jobs_by_id(server_dsn: str, schema: str, name: s
              if node.get("Relation Name") == "jobs"]
     assert scans and all(scan in {("Index Scan", "jobs_pkey"), ("ModifyTable", None)}
                          for scan in scans), scans
+
+
+@pytest.mark.parametrize("queues", [None, ["default"], ["default", "mail"]])
+def test_the_claim_is_planned_once(server_dsn: str, schema: str, queues: list[str] | None):
+    """The claim too, whether or not it names queues: planned for one named queue, the
+    named arm looked cheaper than the generic plan's ten, and a worker with --queues
+    planned its claim (more than a millisecond) at every call. The limit varies from
+    call to call as a worker's does."""
+    statement = _sql.queries(schema)["job_claim_many"]
+    with psycopg.connect(server_dsn, autocommit=True, prepare_threshold=0) as conn:
+        for call in range(CALLS):
+            params = claim_params("w", 1 + call % 32, 30.0, queues, None)
+            conn.execute(statement, params)
+        (generic, custom), = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE NOT from_sql",
+            prepare=False,
+        ).fetchall()
+    # Five plans for the calls' own values, as always, and perhaps one more while the
+    # average of their costs settles (the limit varies); then the generic plan.
+    assert custom <= 6 and generic == CALLS - custom

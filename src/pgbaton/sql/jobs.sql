@@ -280,7 +280,7 @@ WITH candidate AS (
         SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.run_at, picked.id)
         FROM (
             SELECT named.id, named.priority, named.run_at
-            FROM (SELECT DISTINCT u.name FROM unnest(%(queues)s::text[]) AS u(name)
+            FROM (SELECT DISTINCT u.name FROM unnest((SELECT %(queues)s::text[])) AS u(name)
                   WHERE u.name NOT IN (  -- as above, once per named queue
                         SELECT q.name FROM __schema__.queues AS q
                         WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
@@ -791,11 +791,13 @@ RETURNING id;
 -- name: jobs_vacuum_state
 -- The leader's vacuum (maintenance/services.py, Vacuumer; docs/explanation/scaling.md,
 -- "The claim's dead head"): the jobs table's dead and live row versions as the
--- statistics count them, and whether this role may VACUUM it, as PostgreSQL decides: a
+-- statistics count them, the rows its planner statistics last counted (VACUUM and
+-- ANALYZE set them), and whether this role may VACUUM it, as PostgreSQL decides: a
 -- superuser, the table's owner or the database's (or a role with their privileges), and
 -- from PostgreSQL 17 a role granted MAINTAIN on it. The CASE keeps MAINTAIN away from
 -- older servers, which do not know it.
 SELECT coalesce(s.n_dead_tup, 0) AS dead, coalesce(s.n_live_tup, 0) AS live,
+       c.reltuples AS planned,  -- the rows the planner reckons with; -1: never counted
        current_user AS role,
        (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user)
        OR pg_has_role(c.relowner, 'USAGE')
