@@ -66,6 +66,10 @@ FLOW_RECHECK_SECONDS = 1.0
 # up every reader queued behind it.
 HISTORY_LOCK_WAIT_SECONDS = 0.5
 
+# vacuum(grown=): a table of fewer live rows than this is read whole cheaply whatever
+# plan its statements got; past it, a plan made when the table was nearly empty costs.
+GROWN_MIN_ROWS = 1_000
+
 
 class AsyncEngine:
     """The worker's and the leader's statements, over one database handle's pool (the
@@ -477,11 +481,15 @@ class AsyncEngine:
             return 0  # a mover held the history lock past lock_wait
         return dropped
 
-    async def vacuum(self, *, min_dead: int = 0, min_dead_share: float = 0.0) -> int:
+    async def vacuum(
+        self, *, min_dead: int = 0, min_dead_share: float = 0.0, grown: float | None = None
+    ) -> int:
         """VACUUM the jobs table once the statistics count at least `min_dead` dead row
         versions in it, and at least `min_dead_share` times its live ones
-        (docs/explanation/scaling.md, "The claim's dead head"). Returns that count when
-        the VACUUM ran; 0 when there were fewer, or when another VACUUM or DDL held the
+        (docs/explanation/scaling.md, "The claim's dead head"); with `grown`, also once
+        it holds GROWN_MIN_ROWS live rows or more and `grown` times the rows the
+        planner's statistics last counted (never counted: any). Returns the dead count
+        when the VACUUM ran; 0 when it did not, or when another VACUUM or DDL held the
         table (skipped, never waited for). Raises ConfigurationError when this role may
         not vacuum the table, before trying."""
         min_dead = check_int4("min_dead", min_dead, minimum=0)
@@ -494,8 +502,17 @@ class AsyncEngine:
                 f"it needs to own the table or the database, or, from PostgreSQL 17, "
                 f"GRANT MAINTAIN ON {schema}.jobs"
             )
-        dead = int(state["dead"])
-        if dead == 0 or dead < min_dead or dead < min_dead_share * int(state["live"]):
+        dead, live = int(state["dead"]), int(state["live"])
+        # A table that grew far past what its planner statistics say: the cached plans
+        # of the worker's statements were made for a small table (a claim that finds
+        # its candidates by reading the whole table, say) and are kept until the
+        # statistics change, which a VACUUM does (docs/explanation/performance.md,
+        # "Planned once").
+        outgrown = grown is not None and live >= GROWN_MIN_ROWS and (
+            live > grown * max(float(state["planned"]), 0.0))
+        if not outgrown and (
+            dead == 0 or dead < min_dead or dead < min_dead_share * live
+        ):
             return 0
         skipped: list[str] = []
 

@@ -178,15 +178,26 @@ class Vacuumer:
     MIN_DEAD_SHARE of the live ones (so that a large table, whose every index a VACUUM
     reads whole, is vacuumed less often).
 
+    And it vacuums once the table holds ten times the rows its planner statistics last
+    counted (GROWN; at least engine.GROWN_MIN_ROWS), which makes the worker's cached
+    plans, made for the smaller table, planned again.
+
     The VACUUM runs as a task of its own, so that a long one never holds up the reaper
     beside it; its count (or its error) comes out of the first run_once() after it
     ends, and the one after that may start the next: at most one VACUUM every two
-    intervals. A deposed leader cancels the one running. A role that may not vacuum the table is
-    told once and the table left to autovacuum until the next election."""
+    intervals. A look that found nothing to vacuum leaves the next look free. A deposed
+    leader cancels the one running. A role that may not vacuum the table is told once
+    and the table left to autovacuum until the next election."""
 
     name = "vacuumer"
     event = "jobs.vacuumed"
     MIN_DEAD_SHARE = 0.05
+    # And once the table holds ten times the rows its planner statistics last counted
+    # (at least engine.GROWN_MIN_ROWS): the worker's cached plans were made for the
+    # smaller table, and a VACUUM's new statistics make them planned again. A new
+    # table's first thousand jobs, then about each tenfold growth, when autovacuum has
+    # not come by.
+    GROWN = 10.0
 
     def __init__(self, queue: AsyncQueue, interval: float, min_dead: int) -> None:
         self.queue = queue
@@ -217,7 +228,9 @@ class Vacuumer:
             dead = finished.result()  # what the VACUUM raised is the leader's to log
             if dead:
                 logger.debug("vacuumed the jobs table: %d dead row versions", dead)
-            return dead
+                return dead
+            # Nothing to vacuum at the last look: look again now, not a look later (a
+            # new table's statistics are due within one interval of its first rows).
         if self.allowed:
             self._running = asyncio.create_task(self._vacuum(), name="pgbaton vacuum")
         return 0
@@ -225,7 +238,8 @@ class Vacuumer:
     async def _vacuum(self) -> int:
         try:
             return await self.queue.engine.vacuum(min_dead=self.min_dead,
-                                           min_dead_share=self.MIN_DEAD_SHARE)
+                                           min_dead_share=self.MIN_DEAD_SHARE,
+                                           grown=self.GROWN)
         except ConfigurationError as error:
             self.allowed = False
             logger.warning("%s; leaving the jobs table to autovacuum (vacuum_dead_tuples="
