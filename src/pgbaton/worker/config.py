@@ -61,8 +61,9 @@ class WorkerConfig:
     # every other look) once the statistics count vacuum_dead_tuples dead row versions
     # in it and 5% of the live ones: a busy queue's claims then stop reading over the
     # dead entries that gather at the head of the claim's index between autovacuum's
-    # visits (docs/explanation/scaling.md, "The claim's dead head"). None: leave the
-    # table to autovacuum alone.
+    # visits (docs/explanation/scaling.md, "The claim's dead head"); and once it holds
+    # ten times the rows its planner statistics last counted (maintenance/services.py,
+    # Vacuumer.GROWN). None: leave the table to autovacuum alone.
     vacuum_interval: float = 10.0
     vacuum_dead_tuples: int | None = 50_000
     periodic_interval: float = 0.2
