@@ -48,6 +48,15 @@ def test_claims_go_past_the_mark_higher_priorities_first_and_the_head_comes_back
 ):
     clock = Clock()
     _always_past_marks(queue, clock)
+    past_the_mark_and_back_to_the_head(queue, db, clock)
+
+
+def past_the_mark_and_back_to_the_head(
+    queue: pgbaton.Queue, db: psycopg.Connection[Any], clock: Clock
+) -> None:
+    """Claims of 30 jobs of one queue, every claim from the head counted as slow: a
+    higher priority comes first, the rest past the mark, and a job made pending behind
+    it waits for the next claim from the head (the flow claim's test runs it too)."""
     queue.enqueue_many([{"task": "noop"} for _ in range(30)])
     assert [c.id for c in queue.claim("w", limit=10)] == list(range(1, 11))
 

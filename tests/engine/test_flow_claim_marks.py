@@ -13,8 +13,8 @@ import psycopg
 
 import pgbaton
 from pgbaton import _sql
-from pgbaton.claim_marks import CLAIM_HEAD_SECONDS, ClaimMarks
-from tests.engine.test_claim_marks import Clock
+from pgbaton.claim_marks import ClaimMarks
+from tests.engine.test_claim_marks import Clock, past_the_mark_and_back_to_the_head
 
 
 def _flow_always_past_marks(queue: pgbaton.Queue, clock: Clock | None = None) -> None:
@@ -36,27 +36,9 @@ def test_flow_claims_go_past_the_mark_higher_priorities_first_and_the_head_comes
     clock = Clock()
     _flow_always_past_marks(queue, clock)
     queue.set_concurrency("default", 1000)
-    queue.enqueue_many([{"task": "noop"} for _ in range(30)])
-    assert [c.id for c in queue.claim("w", limit=10)] == list(range(1, 11))
+    past_the_mark_and_back_to_the_head(queue, db, clock)
     # The plain claim's marks are not the flow claim's: it made none.
     assert queue._claim_marks.after(None, None) is None
-
-    urgent = queue.enqueue("urgent", priority=5)
-    # The higher priority from its head first, then the mark's priority past the mark.
-    assert [c.id for c in queue.claim("w", limit=5)] == [urgent, 11, 12, 13, 14]
-
-    # Job 3 pending again behind the mark, as the reaper leaves an expired lease.
-    db.execute("UPDATE jobs SET status = 'pending', claim_token = NULL, lease_until = NULL,"
-               " started_at = NULL WHERE id = 3")
-    assert [c.id for c in queue.claim("w", limit=5)] == [15, 16, 17, 18, 19]
-    rest = queue.claim("w", limit=100)  # past the mark: the backlog is gone
-    assert [c.id for c in rest] == list(range(20, 31))
-    clock.now += CLAIM_HEAD_SECONDS / 2
-    assert queue.claim("w", limit=100) == []
-    clock.now += CLAIM_HEAD_SECONDS / 2
-    assert [c.id for c in queue.claim("w", limit=100)] == [3]
-    assert db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'pending'"
-                      ).fetchone() == {"n": 0}
 
 
 def test_flow_claims_past_marks_keep_the_concurrency_limit_and_the_pause(

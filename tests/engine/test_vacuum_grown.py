@@ -12,35 +12,31 @@ jobs_pkey.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 import pgbaton
 from pgbaton import _sql
 from pgbaton._engine_base import claim_params
 from pgbaton.engine import GROWN_MIN_ROWS
 from tests.helpers import auto_explained, plan_nodes
+from tests.worker_processes import scalar, wait_until
 
 THRESHOLDS = {"min_dead": 50_000, "min_dead_share": 0.05}  # the leader's
 
 
 @pytest.fixture
-def fresh(server_dsn: str) -> Iterator[tuple[pgbaton.Queue, str]]:
+def fresh(other_schema: str, server_dsn: str) -> Iterator[tuple[pgbaton.Queue, str]]:
     """A schema of its own, never vacuumed, whose table autovacuum leaves alone."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    queue = pgbaton.Queue(server_dsn, schema=name)
-    queue.migrate()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'ALTER TABLE "{name}".jobs SET (autovacuum_enabled = false)')  # type: ignore[arg-type]
-    yield queue, name
-    queue.close()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{name}" CASCADE')  # type: ignore[arg-type]
+    with pgbaton.Queue(server_dsn, schema=other_schema) as queue:
+        queue.migrate()
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{other_schema}".jobs SET (autovacuum_enabled = false)')  # type: ignore[arg-type]
+        yield queue, other_schema
 
 
 def add_jobs(conn: psycopg.Connection[Any], schema: str, count: int) -> None:
@@ -51,31 +47,23 @@ def add_jobs(conn: psycopg.Connection[Any], schema: str, count: int) -> None:
         ("t", count),
     )
     conn.execute("SELECT pg_stat_force_next_flush()")
-    deadline = time.monotonic() + 30
-    while live(conn, schema) < before + count:
-        assert time.monotonic() < deadline, "the statistics never counted the new rows"
-        time.sleep(0.05)
+    wait_until(lambda: live(conn, schema) >= before + count,
+               what="the statistics to count the new rows")
 
 
 def live(conn: psycopg.Connection[Any], schema: str) -> int:
-    row = conn.execute(
-        "SELECT coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = %s::regclass",
-        (f'"{schema}".jobs',),
-    ).fetchone()
-    return int(row[0]) if row else 0
+    return int(scalar(conn, "SELECT coalesce(n_live_tup, 0) AS live FROM pg_stat_user_tables"
+                            " WHERE relid = %s::regclass", f'"{schema}".jobs'))
 
 
 def planned(conn: psycopg.Connection[Any], schema: str) -> float:
-    row = conn.execute(
-        "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f'"{schema}".jobs',)
-    ).fetchone()
-    assert row is not None
-    return float(row[0])
+    return float(scalar(conn, "SELECT reltuples FROM pg_class WHERE oid = %s::regclass",
+                        f'"{schema}".jobs'))
 
 
 def test_the_leader_vacuums_a_table_that_outgrew_its_statistics(fresh, server_dsn: str):
     queue, schema = fresh
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
+    with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn:
         add_jobs(conn, schema, GROWN_MIN_ROWS - 1)
         assert queue.engine.vacuum(**THRESHOLDS, grown=10.0) == 0  # too small to matter
         add_jobs(conn, schema, 1)
@@ -96,7 +84,7 @@ def test_the_claim_prepared_on_a_small_table_is_planned_again(fresh, server_dsn:
     queue, schema = fresh
     claim = _sql.queries(schema)["job_claim_many"]
     params = claim_params("w", 8, 30.0, None, None)
-    with psycopg.connect(server_dsn, autocommit=True) as conn, \
+    with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn, \
             psycopg.connect(server_dsn, autocommit=True, prepare_threshold=0) as worker:
         # The generic plan, as a worker's claim settles on it within six calls (a test's
         # few calls on an empty table may keep to plans for their own values).

@@ -53,7 +53,7 @@ def values_for(statement: str, length: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def schema(server_dsn: str) -> Iterator[str]:
+def filled(server_dsn: str) -> Iterator[str]:
     name = f"t_{uuid.uuid4().hex[:12]}"
     with pgbaton.Queue(server_dsn, schema=name) as queue:
         queue.migrate()
@@ -70,8 +70,8 @@ def schema(server_dsn: str) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("name", FENCED_WRITES)
-def test_a_fenced_write_is_planned_once(server_dsn: str, schema: str, name: str) -> None:
-    statement = _sql.queries(schema)[name]
+def test_a_fenced_write_is_planned_once(server_dsn: str, filled: str, name: str) -> None:
+    statement = _sql.queries(filled)[name]
     with psycopg.connect(server_dsn, autocommit=True, prepare_threshold=0) as conn:
         for call in range(CALLS):
             # Batches of one to eight jobs, none of them running: nothing is written.
@@ -86,10 +86,10 @@ def test_a_fenced_write_is_planned_once(server_dsn: str, schema: str, name: str)
 
 
 @pytest.mark.parametrize("name", FENCED_WRITES)
-def test_the_generic_plan_reads_jobs_by_id(server_dsn: str, schema: str, name: str) -> None:
+def test_the_generic_plan_reads_jobs_by_id(server_dsn: str, filled: str, name: str) -> None:
     """Made for ten elements, the plan still fits a batch of 500: one probe of the
     primary key each, never a scan of the table."""
-    statement = _sql.queries(schema)[name]
+    statement = _sql.queries(filled)[name]
     with psycopg.connect(server_dsn, autocommit=True, prepare_threshold=0) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
         plans = auto_explained(conn)
@@ -102,12 +102,12 @@ def test_the_generic_plan_reads_jobs_by_id(server_dsn: str, schema: str, name: s
 
 
 @pytest.mark.parametrize("queues", [None, ["default"], ["default", "mail"]])
-def test_the_claim_is_planned_once(server_dsn: str, schema: str, queues: list[str] | None):
+def test_the_claim_is_planned_once(server_dsn: str, filled: str, queues: list[str] | None):
     """The claim too, whether or not it names queues: planned for one named queue, the
     named arm looked cheaper than the generic plan's ten, and a worker with --queues
     planned its claim (more than a millisecond) at every call. The limit varies from
     call to call as a worker's does."""
-    statement = _sql.queries(schema)["job_claim_many"]
+    statement = _sql.queries(filled)["job_claim_many"]
     with psycopg.connect(server_dsn, autocommit=True, prepare_threshold=0) as conn:
         for call in range(CALLS):
             params = claim_params("w", 1 + call % 32, 30.0, queues, None)
