@@ -260,9 +260,12 @@ def _empty(conn: psycopg.Connection[tuple[object, ...]], name: str) -> None:
 
 
 def _reusable(request: pytest.FixtureRequest) -> bool:
-    """Reuse for the queue and aqueue fixtures' tests of the fast tier only."""
+    """Reuse for the queue and aqueue fixtures' tests of the fast tier only, unless the
+    test asks for a fresh schema (the reused one is emptied by DELETE, whose dead index
+    entries stay until a VACUUM)."""
     wanted = {"queue", "aqueue"} & set(request.fixturenames)
-    marked = any(request.node.get_closest_marker(mark) for mark in TIER_MARKS)
+    marked = any(request.node.get_closest_marker(mark)
+                 for mark in (*TIER_MARKS, "fresh_schema"))
     return bool(wanted) and not marked and "other_schema" not in request.fixturenames
 
 

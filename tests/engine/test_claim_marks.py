@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgbaton
 from pgbaton import _sql
@@ -155,6 +156,7 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
+@pytest.mark.fresh_schema
 def test_under_a_held_xmin_the_claim_past_its_mark_skips_the_dead_head(
     queue: pgbaton.Queue, dsn: str, schema: str
 ):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 import pgbaton
 from pgbaton import _sql
@@ -91,6 +92,7 @@ def _claimable_blocks(
     return int(done) - int(before)
 
 
+@pytest.mark.fresh_schema
 def test_under_a_held_xmin_the_flow_claim_past_its_mark_skips_the_dead_head(
     queue: pgbaton.Queue, dsn: str, schema: str, db: psycopg.Connection[Any]
 ):
@@ -113,6 +115,7 @@ def test_under_a_held_xmin_the_flow_claim_past_its_mark_skips_the_dead_head(
     assert past_mark * 5 < from_head, (past_mark, from_head)
 
 
+@pytest.mark.fresh_schema
 def test_under_a_held_xmin_an_unlimited_queue_counts_no_held_jobs(
     queue: pgbaton.Queue, dsn: str, schema: str
 ):
