@@ -447,12 +447,16 @@ def main() -> None:
     elif args.prepare:
         result = asyncio.run(prepare(args.system, args.dsn))
     else:
-        runner: Callable[..., Any] = asyncio.run
-        if os.environ.get("PGBATON_BENCH_LOOP") == "uvloop":  # run.py --loop uvloop
+        main = run(args.system, args.case, args.dsn, json.loads(args.params))
+        chosen = os.environ.get("PGBATON_BENCH_LOOP", "default")  # run.py --loop
+        if chosen == "uvloop":
             import uvloop
 
-            runner = uvloop.run
-        result = runner(run(args.system, args.case, args.dsn, json.loads(args.params)))
+            result = uvloop.run(main)
+        elif chosen == "asyncio":
+            result = asyncio.run(main)
+        else:  # each system on the loop its own worker command picks
+            result = load(args.system).run_on_own_loop(main)
     print("RESULT " + json.dumps(result), flush=True)
 
 

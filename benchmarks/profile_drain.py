@@ -23,7 +23,6 @@ several times, so the figures of a profiled run are not comparable with others.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import logging
 import statistics
@@ -134,7 +133,7 @@ def main() -> None:
     args = parser.parse_args()
     # As the bench's case processes: warnings only, to standard error.
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(main_async(args))
+    PgbatonSystem.run_on_own_loop(main_async(args))  # the loop `pgbaton worker` picks
 
 
 if __name__ == "__main__":

@@ -320,9 +320,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="also record a py-spy profile of pgbaton's drain")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
-                        help="the event loop every system runs on (PgQueuer's CLI picks "
-                             "uvloop; the default is the plain loop, for every system)")
+    parser.add_argument("--loop", choices=("default", "asyncio", "uvloop"),
+                        default="default",
+                        help="the event loop every Python system runs on (default: each "
+                             "on the one its own worker command picks: uvloop for "
+                             "pgbaton and PgQueuer, asyncio's for the others)")
     return parser.parse_args()
 
 

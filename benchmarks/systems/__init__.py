@@ -12,6 +12,7 @@ SYSTEMS: dict[str, tuple[str, str]] = {
     "pgbaton": ("pgbaton_system", "PgbatonSystem"),
     "pgbaton_sub": ("pgbaton_system", "PgbatonSubscribedSystem"),
     "pgbaton_limit8": ("pgbaton_system", "PgbatonLimitedSystem"),
+    "pgbaton_asyncio": ("pgbaton_system", "PgbatonOnAsyncio"),
     "pgbaton_b": ("pgbaton_system", "PgbatonClaimingAhead"),
     "pgbaton_auto": ("pgbaton_system", "PgbatonClaimingAheadAuto"),
     "pgbaton_p2": ("pgbaton_system", "PgbatonProcesses"),

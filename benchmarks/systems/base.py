@@ -12,12 +12,14 @@ import asyncio
 import contextlib
 import importlib.metadata
 import time
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 
 from ..common import rss_bytes
+
+T = TypeVar("T")
 
 ALL_CASES = frozenset({"enqueue_single", "enqueue_bulk", "drain", "latency", "claim_time"})
 # Cases of flow control (pgbaton's paused and limited queues), which the peers lack.
@@ -52,6 +54,12 @@ class System:
     unfinished_sql: ClassVar[str] = ""
     #: The jobs table, schema-qualified (the held-xmin case reads its timestamps).
     jobs_table: ClassVar[str] = ""
+
+    @classmethod
+    def run_on_own_loop(cls, main: Coroutine[Any, Any, T]) -> T:
+        """Run a case on the event loop the system's own worker command picks at its
+        defaults (run.py --loop default): asyncio's, unless a system says otherwise."""
+        return asyncio.run(main)
 
     @classmethod
     def installed_version(cls) -> str | None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 
 from .. import base_tree
 from ..common import PROBE, REPORT_STARTS_ENV
-from .base import ALL_CASES, FLOW_CASES, HELD_XMIN_CASES, System
+from .base import ALL_CASES, FLOW_CASES, HELD_XMIN_CASES, System, T
 from .child_worker import ChildWorker, ChildWorkerMethods
 
 SCHEMA = "pgbaton"
@@ -48,6 +48,17 @@ class PgbatonSystem(System):
         f"SELECT count(*) FROM {SCHEMA}.jobs WHERE status IN ('pending', 'running')"
     )
     jobs_table = f"{SCHEMA}.jobs"
+
+    @classmethod
+    def run_on_own_loop(cls, main: Coroutine[Any, Any, T]) -> T:
+        """`pgbaton worker` runs on the loop its `--loop auto` picks (uvloop where it is
+        installed, pgbaton/worker/loop.py). pgbaton at a --base ref older than that
+        choice ran on asyncio's own, as this does when the module is missing."""
+        try:
+            from pgbaton.worker.loop import run
+        except ImportError:
+            return super().run_on_own_loop(main)
+        return run(main, "auto")
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
@@ -176,6 +187,21 @@ class PgbatonSubscribedSystem(PgbatonSystem):
         if _no_op not in [s for s, _ in app.events._subscribers]:
             app.subscribe(_no_op)
         await super().start_worker(concurrency)
+
+
+class PgbatonOnAsyncio(PgbatonSystem):
+    """pgbaton at its defaults but on asyncio's own event loop (`pgbaton worker --loop
+    asyncio`): what uvloop, the default loop, is worth."""
+
+    name = "pgbaton_asyncio"
+    label = "pgbaton, asyncio's loop"
+    role = "variant"
+    settings = PgbatonSystem.settings + " On asyncio's own event loop (--loop asyncio)."
+    cases: ClassVar[frozenset[str]] = frozenset({"drain", "latency"})
+
+    @classmethod
+    def run_on_own_loop(cls, main: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run(main)
 
 
 class PgbatonLimitedSystem(PgbatonSystem):

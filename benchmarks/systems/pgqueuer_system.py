@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import asyncpg
@@ -11,7 +11,7 @@ from pgqueuer import PgQueuer, Queries
 from pgqueuer.db import AsyncpgDriver
 
 from ..common import PROBE
-from .base import System
+from .base import System, T
 
 ENTRYPOINT = "noop"
 
@@ -31,6 +31,16 @@ class PgqueuerSystem(System):
     )
     # Finished jobs leave the queue table (they are logged in pgqueuer_log).
     unfinished_sql = "SELECT count(*) FROM pgqueuer"
+
+    @classmethod
+    def run_on_own_loop(cls, main: Coroutine[Any, Any, T]) -> T:
+        """PgQueuer's `pgq run` runs on uvloop when it is installed (its CLI's asyncio_run),
+        as it is here: PgQueuer[asyncpg] depends on it."""
+        try:
+            import uvloop
+        except ImportError:
+            return super().run_on_own_loop(main)
+        return uvloop.run(main)
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_VARIABLES = ("PGBATON_DSN", "DATABASE_URL", "PGBATON_SCHEMA", "PGAPPNAME",
-                    "PGBATON_LOG_LEVEL", "PGBATON_LOG_FORMAT")
+                    "PGBATON_LOG_LEVEL", "PGBATON_LOG_FORMAT", "PGBATON_EVENT_LOOP")
 
 
 def clean_env(dsn: str | None = None, **extra: str) -> dict[str, str]:

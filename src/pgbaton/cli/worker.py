@@ -27,6 +27,7 @@ from ..errors import ConnectionFailed
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 from ..queue_async import AsyncQueue
+from ..worker.loop import EVENT_LOOPS
 from .app_spec import _app_schema, load_app
 
 logger = logging.getLogger("pgbaton.cli")
@@ -45,6 +46,11 @@ logger = logging.getLogger("pgbaton.cli")
                    "0: none; N: always N; auto: while a backlog waits, about what the "
                    "worker runs in 50 ms (none without a backlog, or for limited or "
                    "rate-limited queues).")
+@click.option("--loop", "event_loop", type=click.Choice(EVENT_LOOPS), default="auto",
+              show_default=True, envvar="PGBATON_EVENT_LOOP",
+              help="The event loop of each worker process: auto is uvloop where it is "
+                   "installed (with pgbaton on Linux and macOS), else asyncio's own "
+                   "[or PGBATON_EVENT_LOOP].")
 @click.option("--lease", type=NUMBER, default=30.0, show_default=True, help="Lease in seconds.")
 @click.option("--poll-interval", type=NUMBER, default=2.0, show_default=True,
               help="Seconds between polls.")
@@ -94,6 +100,7 @@ logger = logging.getLogger("pgbaton.cli")
 def worker(
     app_spec: str, dsn: str | None, schema: str, embedded: bool,
     queues: str | None, concurrency: int, processes: int, claim_ahead: int | str,
+    event_loop: str,
     lease: float, poll_interval: float, shutdown_grace: float, no_maintenance: bool,
     listen_dsn: str | None, connect_timeout: float, log_level: str, log_format: str,
     stats_file: str | None, metrics_port: int | None, retention_mode: str,
@@ -130,7 +137,8 @@ def worker(
     wait_for_database(dsn, app.schema, connect_timeout)
     config = WorkerConfig(
         queues=queue_names,
-        concurrency=concurrency, processes=processes, claim_ahead=claim_ahead, lease=lease,
+        concurrency=concurrency, processes=processes, claim_ahead=claim_ahead,
+        event_loop=event_loop, lease=lease,
         poll_interval=poll_interval, shutdown_grace=shutdown_grace,
         maintenance=not no_maintenance, dsn=config_dsn, worker_id=worker_id,
         stats_path=stats_file,

@@ -16,6 +16,7 @@ from ..errors import InvalidArgument
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 from .ahead import most_ahead
+from .loop import loop_factory
 
 
 def default_worker_id() -> str:
@@ -40,6 +41,11 @@ class WorkerConfig:
     # ran 0.85x to 0.99x of 0 with "auto" (docs/explanation/performance.md).
     claim_ahead: int | str = 0
     processes: int = 1
+    # The event loop each worker process runs on (worker/loop.py): "auto" is uvloop where
+    # it is installed (a dependency on Linux and macOS), else asyncio's own; "uvloop"
+    # insists on it; "asyncio" never uses it. Only run_worker (`pgbaton worker`) picks a
+    # loop: Worker.run() runs on whatever loop awaits it.
+    event_loop: str = "auto"
     lease: float = 30.0
     poll_interval: float = 2.0
     shutdown_grace: float = 30.0
@@ -121,6 +127,7 @@ class WorkerConfig:
         _check_positive("history_after", self.history_after, zero_ok=True)
         check_partition_width("history_partition", self.history_partition)
         _check_positive("connect_timeout", self.connect_timeout, zero_ok=True)
+        loop_factory(self.event_loop)  # an unknown name, or uvloop missing: refused here
         if not 0 < self.loop_block_fraction < 1:
             raise InvalidArgument(
                 f"loop_block_fraction must be between 0 and 1, got {self.loop_block_fraction!r}"

@@ -67,7 +67,10 @@ class Producer:
         # When jobs this worker handed back become due (loop time, a heap), and the
         # timer that wakes the claim for the earliest (wake_in).
         self._due: list[float] = []
-        self._due_timer: asyncio.TimerHandle | None = None
+        # The timer and the time it is armed for: a handle cannot be asked (uvloop's
+        # call_at for a time already past returns a plain Handle, with no when()).
+        self._due_timer: asyncio.Handle | None = None
+        self._due_timer_at = 0.0
         # Sizes the claims ahead before each claim (claim_ahead "auto"); None: the
         # held jobs' fixed claim_ahead.
         self.sizer = sizer
@@ -89,7 +92,7 @@ class Producer:
             return  # the poll finds it (a wake that far off saves little)
         loop = asyncio.get_running_loop()
         heapq.heappush(self._due, loop.time() + seconds)
-        if self._due_timer is None or self._due[0] < self._due_timer.when():
+        if self._due_timer is None or self._due[0] < self._due_timer_at:
             self._arm(loop)
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -97,6 +100,7 @@ class Producer:
             self._due_timer.cancel()
         self._due_timer = loop.call_at(self._due[0], self._due_now, loop) if self._due \
             else None
+        self._due_timer_at = self._due[0] if self._due else 0.0
 
     def _due_now(self, loop: asyncio.AbstractEventLoop) -> None:
         now = loop.time()

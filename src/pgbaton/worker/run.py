@@ -11,6 +11,7 @@ import threading
 
 from ..app import App
 from .config import WorkerConfig
+from .loop import run as run_on_loop
 from .processes import ProcessSupervisor
 from .runner import FORCED_STOP_SECONDS, Worker
 
@@ -57,7 +58,7 @@ def run_worker(app: App, config: WorkerConfig, app_spec: str | None = None) -> i
             signal.signal(signum, on_signal)
         return await worker.run()
 
-    status = asyncio.run(main())
+    status = run_on_loop(main(), config.event_loop)
     if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
            for t in threading.enumerate()):
         # A sync handler still runs in a thread after its job was released; its result

@@ -177,9 +177,9 @@ class Worker:
         if self.config.job_logs:
             job_logs.install()
         logger.info(
-            "worker %s started: queues=%s concurrency=%d lease=%.3gs",
+            "worker %s started: queues=%s concurrency=%d lease=%.3gs loop=%s",
             self.worker_id, self.config.queues or "all", self.config.concurrency,
-            self.config.lease,
+            self.config.lease, type(loop).__module__.partition(".")[0],
         )
         self._notify("worker.started", None)
         start = self.supervisor.start

@@ -1,0 +1,54 @@
+"""The event loop a worker process runs on (`WorkerConfig.event_loop`, `pgbaton worker
+--loop`).
+
+"auto", the default, is uvloop where it is installed (a dependency of pgbaton on Linux
+and macOS) and asyncio's own loop elsewhere. A worker spends most of its own CPU in the
+loop's machinery (a task per job, a wait on a socket per statement); uvloop does that
+part in C, and at concurrency 32 it cut the worker's CPU per job by a tenth and raised
+the drain by as much (docs/explanation/performance.md, "The worker's event loop").
+Handlers see no difference: they are coroutines and threads as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from ..errors import InvalidArgument
+
+T = TypeVar("T")
+
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory of the loop `choice` names (None: asyncio's own). "uvloop" without the
+    package installed is refused with how to get it; "auto" then falls back quietly."""
+    if choice not in EVENT_LOOPS:
+        raise InvalidArgument(
+            f"event_loop must be one of {', '.join(map(repr, EVENT_LOOPS))}, got {choice!r}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise InvalidArgument(
+                "event_loop 'uvloop' needs the uvloop package, which is not installed "
+                "(pip install uvloop; it has no build for Windows): use 'auto' or "
+                "'asyncio'") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def loop_name(choice: str) -> str:
+    """What `choice` runs on here: "uvloop" or "asyncio"."""
+    return "asyncio" if loop_factory(choice) is None else "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T], choice: str) -> T:
+    """asyncio.run(main) on the loop `choice` names."""
+    with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
+        return runner.run(main)
