@@ -27,7 +27,7 @@ from ..errors import ConnectionFailed
 from ..limits import INT4_MAX
 from ..maintenance.services import DEFAULT_RETENTION_MODE, RETENTION_MODES
 from ..queue_async import AsyncQueue
-from ..worker.loop import EVENT_LOOPS
+from ..worker.loop import EVENT_LOOPS, loop_factory
 from .app_spec import _app_schema, load_app
 
 logger = logging.getLogger("pgbaton.cli")
@@ -119,6 +119,7 @@ def worker(
     from ..worker.sessions import plan_sessions
 
     logs.configure(log_level, log_format)
+    loop_factory(event_loop)  # --loop uvloop without uvloop: refused before any wait
     # Worker processes started by --processes inherit the logging settings this way.
     os.environ["PGBATON_LOG_LEVEL"], os.environ["PGBATON_LOG_FORMAT"] = log_level, log_format
     app = load_app(app_spec)

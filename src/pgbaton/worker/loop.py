@@ -6,7 +6,9 @@ and macOS) and asyncio's own loop elsewhere. A worker spends most of its own CPU
 loop's machinery (a task per job, a wait on a socket per statement); uvloop does that
 part in C, and at concurrency 32 it cut the worker's CPU per job by a tenth and raised
 the drain by as much (docs/explanation/performance.md, "The worker's event loop").
-Handlers see no difference: they are coroutines and threads as before.
+Handlers run as before (async ones on the loop, sync ones in its thread pool), but a
+handler that uses the loop's own API meets uvloop's differences (docs/explanation/
+performance.md, "The worker's event loop", lists them): "asyncio" is the way back.
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ def loop_name(choice: str) -> str:
     return "asyncio" if loop_factory(choice) is None else "uvloop"
 
 
+def runner(choice: str) -> asyncio.Runner:
+    """An asyncio.Runner on the loop `choice` names."""
+    return asyncio.Runner(loop_factory=loop_factory(choice))
+
+
 def run(main: Coroutine[Any, Any, T], choice: str) -> T:
     """asyncio.run(main) on the loop `choice` names."""
-    with asyncio.Runner(loop_factory=loop_factory(choice)) as runner:
-        return runner.run(main)
+    with runner(choice) as on_loop:
+        return on_loop.run(main)

@@ -11,7 +11,7 @@ import threading
 
 from ..app import App
 from .config import WorkerConfig
-from .loop import run as run_on_loop
+from .loop import runner as loop_runner
 from .processes import ProcessSupervisor
 from .runner import FORCED_STOP_SECONDS, Worker
 
@@ -58,13 +58,16 @@ def run_worker(app: App, config: WorkerConfig, app_spec: str | None = None) -> i
             signal.signal(signum, on_signal)
         return await worker.run()
 
-    status = run_on_loop(main(), config.event_loop)
-    if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
-           for t in threading.enumerate()):
-        # A sync handler still runs in a thread after its job was released; its result
-        # is discarded, so do not let the interpreter wait for it at exit.
-        logging.shutdown()
-        os._exit(status)
+    with loop_runner(config.event_loop) as on_loop:
+        status = on_loop.run(main())
+        if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
+               for t in threading.enumerate()):
+            # A handler's thread (a sync handler, or asyncio.to_thread) still runs after
+            # its job was released; its result is discarded, so neither closing the loop
+            # (which joins asyncio's own threads) nor the interpreter's exit may wait
+            # for it.
+            logging.shutdown()
+            os._exit(status)
     return status
 
 

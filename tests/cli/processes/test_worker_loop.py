@@ -4,6 +4,7 @@ process or several; and a name it does not know is refused before anything start
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pgbaton
 from pgbaton.errors import InvalidArgument
 from pgbaton.worker import WorkerConfig
 from pgbaton.worker.loop import loop_factory, loop_name
-from tests.cli.cli_helpers import clean_env
+from tests.cli.cli_helpers import clean_env, free_port
 from tests.cli.cli_helpers import pgbaton as run_pgbaton
 
 DEADLINE_SECONDS = 60
@@ -40,6 +41,13 @@ async def which_loop(n: int) -> str:
 
 # Handed back due at once, twice (a retry after 0 s, then a snooze of 0 s): the worker
 # wakes its own claim for each (Producer.wake_in), on whichever loop it runs.
+@app.task
+async def sleeps_in_a_thread() -> None:
+    import time
+
+    await asyncio.to_thread(time.sleep, 30)
+
+
 snoozed: set[int] = set()
 
 
@@ -141,3 +149,56 @@ def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(monkeypatch):
     with pytest.raises(InvalidArgument, match="needs the uvloop package, which is not "
                                               "installed"):
         WorkerConfig(event_loop="uvloop")
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_a_stopped_worker_does_not_wait_for_a_handler_thread(tmp_path, dsn, schema, db,
+                                                             event_loop):
+    """An async handler waits on asyncio.to_thread(time.sleep, 30): SIGTERM with a
+    1 s grace releases the job, and the process exits without waiting for the thread
+    (closing the loop would join asyncio's own threads)."""
+    (tmp_path / "loop_app.py").write_text(textwrap.dedent(APP.format(schema=schema)))
+    assert run_pgbaton("migrate", "--schema", schema, dsn=dsn).returncode == 0
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        job_id = queue.enqueue("sleeps_in_a_thread")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "pgbaton", "worker", "loop_app:app", "--dsn", dsn,
+             "--loop", event_loop, "--shutdown-grace", "1"],
+            stdout=out, stderr=subprocess.STDOUT, env=clean_env(), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while db.execute("SELECT status FROM jobs WHERE id = %s", (job_id,)
+                         ).fetchone()["status"] != "running":
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the handler is in its thread's sleep by now
+        stopped_at = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=DEADLINE_SECONDS) == 0, log.read_text()
+        assert time.monotonic() - stopped_at < 10, "the worker waited for the thread"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    row = db.execute("SELECT status, attempts FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    assert (row["status"], row["attempts"]) == ("pending", 0)  # released, attempt given back
+
+
+def test_uvloop_asked_for_but_missing_is_refused_before_waiting_for_the_database(tmp_path):
+    """--loop uvloop where uvloop cannot be imported: refused at once, naming uvloop,
+    not after --connect-timeout of waiting for a server that is not there."""
+    hidden = tmp_path / "hidden"
+    (hidden / "uvloop").mkdir(parents=True)
+    (hidden / "uvloop" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    (tmp_path / "loop_app.py").write_text(textwrap.dedent(APP.format(schema="pgbaton")))
+    env = clean_env(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")  # down
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden), env["PYTHONPATH"]])
+    began = time.monotonic()
+    done = run_pgbaton("worker", "loop_app:app", "--loop", "uvloop", "--connect-timeout", "30",
+                       env=env, cwd=tmp_path, timeout=60)
+    assert time.monotonic() - began < 20
+    assert done.returncode != 0
+    assert "needs the uvloop package, which is not installed" in done.stderr
