@@ -45,9 +45,44 @@ from psycopg.copy import FileWriter
 
 import pgbaton
 from pgbaton import _sql
-from pgbaton._checks import copy_job_rows, copy_values, job_params, many_job_params
+from pgbaton._checks import JOB_DEFAULTS, job_params, many_job_params
+from pgbaton._copy_rows import plain_copy_rows
+from pgbaton._encoding import to_json
 
 from .systems.raw_system import INSERT_ONE, SCHEMA_SQL
+
+# -- the COPY path before the branch wt-bulk, kept as the reference its A/Bs compare
+# against: each job's args encoded by to_json, then one psycopg write_row per job, its
+# columns in COPY_COLUMNS' order (main's job_copy then).
+
+def copy_job_rows(rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The rows of many_job_params(encode=False) with JOB_DEFAULTS filled in, each job's
+    args encoded alone: queue, task, args, priority, run_at, delay, key, max_attempts,
+    limit_key."""
+    return [
+        (row.get("queue", JOB_DEFAULTS["queue"]), row["task"], to_json(row["args"], "args"),
+         row.get("priority", JOB_DEFAULTS["priority"]), row.get("run_at"),
+         row.get("delay", JOB_DEFAULTS["delay"]), row.get("key"),
+         row.get("max_attempts", JOB_DEFAULTS["max_attempts"]), row.get("limit_key"))
+        for row in rows
+    ]
+
+
+def copy_values(
+    ids: Sequence[int], rows: Sequence[Any], meta: str | None, now: dt.datetime | None
+) -> Iterator[tuple[Any, ...]]:
+    """The values of COPY_COLUMNS for each job, or with now the scheduled columns (run_at
+    after priority)."""
+    due_now = "" if now is None else now.isoformat()
+    for job_id, (queue, task, args, priority, run_at, delay, key, attempts, limit_key) in zip(
+        ids, rows, strict=True
+    ):
+        if now is None:
+            yield (job_id, queue, task, args, priority, key, attempts, meta, limit_key)
+        else:
+            yield (job_id, queue, task, args, priority, _due(now, due_now, run_at, delay),
+                   key, attempts, meta, limit_key)
+
 
 # -- the COPY text built in Python, tried on the branch wt-enqcost and dropped: the
 # client's CPU fell by 0.2 to 0.5 us a job, the end-to-end time did not move
@@ -405,6 +440,11 @@ def part_single(dsn: str, calls: int) -> None:
 
 # -- client: enqueue_many and its parts ------------------------------------------------
 
+def _old_copy(queue: pgbaton.AsyncQueue) -> str:
+    """job_copy as it was before wt-bulk: its columns in COPY_COLUMNS' order."""
+    return f'COPY "{queue.schema}".jobs {COPY_COLUMNS} FROM STDIN'
+
+
 async def enqueue_many_copy_text(queue: pgbaton.AsyncQueue, jobs: list[dict[str, Any]]) -> None:
     """The same with the COPY text built by copy_text, in pieces of 500 rows."""
     rows = copy_job_rows(many_job_params(jobs, encode=False)["rows"])
@@ -412,21 +452,22 @@ async def enqueue_many_copy_text(queue: pgbaton.AsyncQueue, jobs: list[dict[str,
         (reserved,) = await queue._fetch("job_ids_reserve", {"count": len(rows)}, pooled)
         async with (
             pooled.cursor() as cursor,
-            cursor.copy(queue._sql["job_copy"]) as copy,  # type: ignore[arg-type]
+            cursor.copy(_old_copy(queue)) as copy,  # type: ignore[arg-type]
         ):
             for text in copy_text(reserved["ids"], rows, None, None):
                 await copy.write(text)
 
 
 async def enqueue_many_as_on_main(queue: pgbaton.AsyncQueue, jobs: list[dict[str, Any]]) -> None:
-    """AsyncQueue.enqueue_many's COPY path as main has it (one write_row per job), for a
-    due batch on a pooled connection, without the enqueue hook and events (no-ops here)."""
+    """AsyncQueue.enqueue_many's COPY path as it was before wt-bulk (one write_row per
+    job), for a due batch on a pooled connection, without the enqueue hook and events
+    (no-ops here)."""
     rows = copy_job_rows(many_job_params(jobs, encode=False)["rows"])
     async with queue._connection() as pooled:
         (reserved,) = await queue._fetch("job_ids_reserve", {"count": len(rows)}, pooled)
         async with (
             pooled.cursor() as cursor,
-            cursor.copy(queue._sql["job_copy"]) as copy,  # type: ignore[arg-type]
+            cursor.copy(_old_copy(queue)) as copy,  # type: ignore[arg-type]
         ):
             for values in copy_values(reserved["ids"], rows, None, None):
                 await copy.write_row(values)
@@ -466,6 +507,12 @@ async def part_client(dsn: str, rounds: int) -> None:  # noqa: PLR0915
     async def encoding_only(size: int) -> None:
         copy_job_rows(many_job_params(jobs[size], encode=False)["rows"])
 
+    async def python_only_now(size: int) -> None:
+        rows = plain_copy_rows(jobs[size])
+        assert rows is not None
+        for text in rows.text(range(size), None, None):  # type: ignore[arg-type]
+            text.encode()
+
     async def checks_only(size: int) -> None:
         many_job_params(jobs[size], encode=False)
 
@@ -485,6 +532,7 @@ async def part_client(dsn: str, rounds: int) -> None:  # noqa: PLR0915
         "enqueue_many as on main (write_row per job)": enqueue_many_write_row,
         "its Python: checks, encoding, write_row (no I/O)": python_only,
         "its Python: checks, encoding, copy_text (no I/O)": python_only_copy_text,
+        "its Python now: plain_copy_rows and its text (no I/O)": python_only_now,
         "its Python: many_job_params + copy_job_rows (args to JSON)": encoding_only,
         "its Python: many_job_params alone": checks_only,
         "job_ids_reserve alone": reserve_only,

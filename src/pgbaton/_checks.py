@@ -8,7 +8,7 @@ import math
 import re
 import unicodedata
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._encoding import to_json
@@ -317,7 +317,7 @@ def many_job_params(
 ) -> dict[str, Any]:
     """Check every job before any is written; encode them all as one JSON array in
     which each job carries only what differs from JOB_DEFAULTS. With encode false the
-    checked jobs come back unencoded as "rows", for copy_job_rows. A job's `unique`
+    checked jobs come back unencoded as "rows", for copy_rows. A job's `unique`
     (docs/howto/unique.md) is taken out of its row into "uniques", by position."""
     rows: list[dict[str, Any]] = []
     uniques: dict[int, Any] = {}
@@ -385,71 +385,6 @@ def encode_job_rows(checked: Mapping[str, Any]) -> dict[str, Any]:
         raise
     return {**{k: v for k, v in checked.items() if k != "rows"}, "jobs": document}
 
-
-# One row of COPY per job: queue, task, args (JSON text), priority, run_at (ISO text, or
-# None when due after `delay` seconds), delay, key, max_attempts, limit_key.
-CopyRow = tuple[str, str, str, int, str | None, float, str | None, int, str | None]
-
-
-def copy_job_rows(rows: Iterable[Mapping[str, Any]]) -> list[CopyRow]:
-    """The rows of many_job_params(encode=False) with JOB_DEFAULTS filled in, each job's
-    args encoded alone (COPY takes one value per row and column) under the limits of
-    one job's args; all of them before anything is written."""
-    queue, priority, delay, attempts = (
-        JOB_DEFAULTS["queue"], JOB_DEFAULTS["priority"], JOB_DEFAULTS["delay"],
-        JOB_DEFAULTS["max_attempts"],
-    )
-    copied: list[CopyRow] = []
-    for position, row in enumerate(rows):
-        try:
-            args = to_json(row["args"], "args")
-        except (InvalidArgument, NotSerializable):
-            _name_the_job(position, row)
-            raise
-        if len(row) == 2:  # {"task": ..., "args": ...}: every option is its default
-            copied.append((queue, row["task"], args, priority, None, delay, None, attempts,
-                           None))
-            continue
-        copied.append((
-            row.get("queue", queue), row["task"], args, row.get("priority", priority),
-            row.get("run_at"), row.get("delay", delay), row.get("key"),
-            row.get("max_attempts", attempts), row.get("limit_key"),
-        ))
-    return copied
-
-
-def _name_the_job(position: int, row: Mapping[str, Any]) -> None:
-    """Raise the error of a job's args again, naming the job and its task (a message
-    built only when one fails, not for every job)."""
-    try:
-        to_json(row["args"], f"args for task {row['task']!r}")
-    except (InvalidArgument, NotSerializable) as error:
-        raise type(error)(f"job {position}: {error}") from None
-
-
-def copy_values(
-    ids: Sequence[int], rows: Sequence[CopyRow], meta: str | None, now: dt.datetime | None
-) -> Iterator[tuple[Any, ...]]:
-    """The values of job_copy's columns for each job, or with now (the transaction's
-    now()) job_copy_scheduled's: a job's run_at, else now plus its delay, rounded to the
-    microsecond as PostgreSQL's make_interval rounds it."""
-    if now is None:
-        for job_id, (queue, task, args, priority, _, _, key, attempts, limit_key) in zip(
-            ids, rows, strict=True
-        ):
-            yield (job_id, queue, task, args, priority, key, attempts, meta, limit_key)
-        return
-    due_now = now.isoformat()
-    for job_id, (queue, task, args, priority, run_at, delay, key, attempts, limit_key) in zip(
-        ids, rows, strict=True
-    ):
-        if run_at is not None:
-            when = run_at
-        elif delay:
-            when = (now + dt.timedelta(microseconds=round(delay * 1_000_000))).isoformat()
-        else:
-            when = due_now
-        yield (job_id, queue, task, args, priority, when, key, attempts, meta, limit_key)
 
 def retry_delay(attempts: int, retry_in: float | None) -> float:
     """Seconds before the next attempt: retry_in when given, else the default backoff."""

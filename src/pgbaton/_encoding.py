@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidArgument, NotSerializable
@@ -61,6 +62,67 @@ def to_json(
     if _nested_deeper_than(encoded, max_depth):
         raise _nested_too_deeply(what, max_depth)
     return text
+
+
+def to_json_many(values: Sequence[Any]) -> list[str] | None:
+    """Each value's to_json text (under one job's limits, MAX_ARGS_BYTES and
+    MAX_JSON_DEPTH), when every one passes to_json's checks; None when some value fails
+    one, or might: to_json, value by value, then says which and why.
+
+    For enqueue_many's large batches: one encoder call for all the values and a few
+    passes in C over their text, where to_json runs its checks in Python for each
+    value. Each check only clears a batch; whatever it cannot clear goes to to_json, so
+    a value refused there is never taken here."""
+    if _C_ENCODE is None:
+        return None
+    if not values:
+        return []
+    # One JSON array of the values with a string of one NUL between each two: an item's
+    # text does not depend on where it stands, and the separator is text that no value
+    # PostgreSQL can store writes (only a NUL is written so), so the array split at
+    # each separator gives the values' texts, exactly when their count comes out right.
+    spaced: list[Any] = [_NUL] * (2 * len(values) - 1)
+    spaced[::2] = values
+    try:
+        texts = "".join(_C_ENCODE(spaced, 0))[1:-1].split(_NUL_SEPARATOR)
+    except (TypeError, ValueError, RecursionError):
+        return None  # not JSON, NaN, too deep or circular
+    if len(texts) != len(values):
+        return None
+    return texts if _all_storable(texts) else None
+
+
+_NUL = "\x00"
+_NUL_SEPARATOR = ', "\\u0000", '
+
+
+def _all_storable(texts: list[str]) -> bool:
+    """Whether every JSON text passes to_json's checks after the encoding: no NUL, valid
+    UTF-8, at most MAX_ARGS_BYTES and MAX_JSON_DEPTH."""
+    joined = "".join(texts)
+    # No text ends in a backslash, so a NUL's escape cannot start in one text and end in
+    # the next: the pattern finds in the joined texts what it finds in each.
+    if "\\u0000" in joined and _JSON_NUL.search(joined):
+        return False
+    if not joined.isascii():
+        try:
+            joined.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate
+            return False
+    # A character is at most 4 bytes: only texts that could be over the limit are
+    # measured. Nesting deeper than MAX_JSON_DEPTH takes more brackets than that, each
+    # closed again: only texts longer than twice that can, and only those are looked at.
+    longest = max(map(len, texts), default=0)
+    if longest * 4 > MAX_ARGS_BYTES:
+        long_texts = (text for text in texts if len(text) * 4 > MAX_ARGS_BYTES)
+        if any(len(text.encode("utf-8")) > MAX_ARGS_BYTES for text in long_texts):
+            return False
+    if longest > 2 * MAX_JSON_DEPTH:
+        long_texts = (text for text in texts if len(text) > 2 * MAX_JSON_DEPTH)
+        if any(_nested_deeper_than(text.encode("utf-8"), MAX_JSON_DEPTH)
+               for text in long_texts):
+            return False
+    return True
 
 
 def _nested_too_deeply(what: str, max_depth: int) -> NotSerializable:

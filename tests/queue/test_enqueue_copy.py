@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 import pgbaton
-from pgbaton.limits import INT4_MAX, INT4_MIN
+from pgbaton._queue import enqueueing
+from pgbaton.limits import INT4_MAX, INT4_MIN, MAX_JSON_DEPTH
 
 # Values that would break a hand-written COPY line or an unquoted statement: the COPY
 # delimiters and escapes, SQL, markup, NULs spelled out, and text beyond ASCII.
@@ -147,6 +148,98 @@ def test_a_job_that_cannot_be_stored_refuses_the_whole_copied_batch(queue, db, b
     with pytest.raises(error, match=r"^job 700: args for task 'late'"):
         queue.enqueue_many(jobs)
     assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _looped() -> dict[str, Any]:
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ({"task": "late", "args": {1: "x"}}, pgbaton.NotSerializable,
+         "job 700: args for task 'late' must have string keys"),
+        ({"task": "late", "args": {"deep": _nested(MAX_JSON_DEPTH)}}, pgbaton.NotSerializable,
+         "job 700: args for task 'late' cannot be stored as JSON: it is nested too deeply"),
+        ({"task": "late", "args": {"deep": _nested(5_000)}}, pgbaton.NotSerializable,
+         "job 700: args for task 'late' cannot be stored as JSON: it is nested too deeply"),
+        ({"task": "late", "args": _looped()}, pgbaton.NotSerializable,
+         "job 700: args for task 'late' cannot be stored as JSON: Circular reference"),
+        ({"task": "late", "args": {"when": dt.date(2026, 1, 1)}}, pgbaton.NotSerializable,
+         "job 700: args for task 'late' cannot be stored as JSON: Object of type date"),
+        ({"task": "late", "args": ["x"]}, pgbaton.InvalidArgument,
+         "job 700: args for task 'late' must be a mapping of keyword arguments, got list"),
+        ({"task": "", "args": {}}, pgbaton.InvalidArgument,
+         "job 700: task must be a non-empty string, got ''"),
+        ({"task": "nul\x00", "args": {}}, pgbaton.InvalidArgument,
+         "job 700: task cannot contain a NUL character"),
+        ({"task": 7, "args": {}}, pgbaton.InvalidArgument,
+         "job 700: task must be a non-empty string, got 7"),
+        ({"task": "x" * 300, "args": {}}, pgbaton.InvalidArgument, "job 700: task is 300 bytes"),
+        ({"tsak": "t", "args": {}}, pgbaton.InvalidArgument,
+         "job 700 must be a mapping with a 'task'"),
+        ({"task": "t", "args": {}, "prio": 1}, pgbaton.InvalidArgument,
+         r"job 700 has unknown fields \['prio'\]"),
+        ("t", pgbaton.InvalidArgument, "job 700 must be a mapping with a 'task'"),
+    ],
+    ids=["int-key", "deep", "deeper", "circular", "date", "list-args", "empty-task",
+         "nul-task", "int-task", "long-task", "no-task", "unknown-field", "not-a-mapping"],
+)
+def test_a_bad_job_among_plain_ones_is_named_and_nothing_is_written(
+    queue, db, bad, error, message
+):
+    """Among a large batch of plain jobs (checked a batch at a time), one job that is
+    not one, or that pgbaton cannot store, is named with its position and its fault in
+    the words of the job-by-job checks, and no job is written."""
+    jobs: list[Any] = [{"task": "t", "args": {"n": n}} for n in range(1000)]
+    jobs[700] = bad
+    with pytest.raises(error, match=f"^{message}"):
+        queue.enqueue_many(jobs)
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
+
+
+def test_plain_jobs_are_copied_as_the_insert_writes_them(
+    queue, dsn, schema, copies, monkeypatch
+):
+    """A large batch of plain jobs, awkward text in their task names, args and keys,
+    goes by COPY without the job-by-job checks, and every column of every row is what
+    the INSERT writes; the args read back as given, in input order."""
+    checked: list[int] = []
+    job_by_job = enqueueing.many_job_params
+
+    def counted(jobs: Any, **options: Any) -> Any:
+        checked.append(len(jobs))
+        return job_by_job(jobs, **options)
+
+    monkeypatch.setattr(enqueueing, "many_job_params", counted)
+    jobs = [{"task": f"task {AWKWARD[n % len(AWKWARD)]}",
+             "args": {AWKWARD[n % len(AWKWARD)]: AWKWARD[(n + 1) % len(AWKWARD)], "n": n,
+                      "list": AWKWARD, "nested": {"x": [1.5, None, True]}}}
+            for n in range(1200)]
+    with psycopg.connect(dsn) as conn:
+        queue.copy_min_jobs = len(jobs) + 1
+        inserted = queue.enqueue_many(jobs, conn=conn)
+        assert checked == [len(jobs)]
+        queue.copy_min_jobs = len(jobs)
+        copied = queue.enqueue_many(jobs, conn=conn)
+        assert copies == [len(jobs)] and checked == [len(jobs)]
+        assert _rows(conn, schema, inserted) == _rows(conn, schema, copied)
+        conn.commit()
+    claimed = []
+    while claims := queue.claim("w", limit=1000):
+        claimed += [claim for claim in claims if claim.id in set(copied)]
+    assert [claim.id for claim in claimed] == copied
+    assert [(claim.task, claim.args) for claim in claimed] == [
+        (job["task"], job["args"]) for job in jobs]
 
 
 def test_a_copy_the_server_stops_half_way_leaves_nothing(queue, dsn, db, copies):

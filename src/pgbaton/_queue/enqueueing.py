@@ -18,14 +18,8 @@ from typing import Any
 import psycopg
 
 from .. import dependencies
-from .._checks import (
-    JOB_DEFAULTS,
-    CopyRow,
-    copy_job_rows,
-    encode_job_rows,
-    job_params,
-    many_job_params,
-)
+from .._checks import JOB_DEFAULTS, encode_job_rows, job_params, many_job_params
+from .._copy_rows import CopyRows, copy_rows, plain_copy_rows
 from .._encoding import to_json
 from ..dependencies import Batch
 from ..enqueue_hook import enqueue_span, meta_json
@@ -212,10 +206,15 @@ class Enqueueing(JobWrites):
         once, when the last of them ends (docs/explanation/dependencies.md)."""
         dependencies.check_batch(batch)
         jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
+        if batch is None and len(jobs) >= self.copy_min_jobs:
+            # The usual large batch, tasks and their args alone, checked a batch at a
+            # time; any other, or one with a job at fault, is checked job by job below.
+            plain = plain_copy_rows(jobs)
+            if plain is not None:
+                return self._enqueue_copy(plain, JOB_DEFAULTS["queue"], conn)
         if batch is not None or dependencies.needs_plan(jobs):
             ids = self._enqueue_graph(jobs, batch, conn)
-            if ids and self.events.active:
-                self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+            self._batch_enqueued(ids)
             return ids
         params = many_job_params(jobs, encode=False)
         if not params["count"]:
@@ -223,20 +222,31 @@ class Enqueueing(JobWrites):
         if params["uniques"]:
             return self._enqueue_many_unique(params, conn)
         if params["count"] >= self.copy_min_jobs and not params["idempotency_keys"]:
-            rows: list[CopyRow] | None = copy_job_rows(params["rows"])
-        else:
-            rows = None
-            params = encode_job_rows(params)
+            return self._enqueue_copy(copy_rows(params["rows"]), params["queue"], conn)
+        params = encode_job_rows(params)
         conn = self._provided(conn)
         with enqueue_span(self.events.enqueue_hook, params["queue"], params["count"]) as span:
-            if rows is None:
-                ids = self._insert_many(params, meta_json(span), conn)
-            else:
-                ids = self._copy_many(rows, meta_json(span), conn)
+            ids = self._insert_many(params, meta_json(span), conn)
             span.sent(ids)
-        if self.events.active:
-            self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
+        self._batch_enqueued(ids)
         return ids
+
+    def _enqueue_copy(
+        self, rows: CopyRows, queue: str | None, conn: CallerConnection | None
+    ) -> list[int]:
+        """A checked batch by COPY, inside the enqueue hook's span (`queue`: the batch's
+        one queue, None when it has several)."""
+        conn = self._provided(conn)
+        with enqueue_span(self.events.enqueue_hook, queue, len(rows)) as span:
+            ids = self._copy_many(rows, meta_json(span), conn)
+            span.sent(ids)
+        self._batch_enqueued(ids)
+        return ids
+
+    def _batch_enqueued(self, ids: Sequence[int]) -> None:
+        """One job.enqueued event for a batch written (none for an empty one)."""
+        if ids and self.events.active:
+            self.events.emit(Event("job.enqueued", job_id=ids[0], count=len(ids)))
 
     def _enqueue_many_unique(
         self, params: Mapping[str, Any], conn: CallerConnection | None

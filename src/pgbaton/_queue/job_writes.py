@@ -21,7 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .. import dependencies
-from .._checks import CopyRow, copy_values
+from .._copy_rows import CopyRows
 from .._queue_base import unique_enqueued
 from ..errors import ConnectionFailed, IdempotencyKeyTaken, UniqueJobUnseen
 from ..events import Event
@@ -178,25 +178,24 @@ class JobWrites(QueueCore):
         return done
 
     def _copy_many(
-        self, rows: Sequence[CopyRow], meta: str | None, conn: CallerConnection | None
+        self, rows: CopyRows, meta: str | None, conn: CallerConnection | None
     ) -> list[int]:
         """A large batch by COPY: the ids (and now()) first, then every row in one COPY
         statement, all or nothing. A savepoint in the caller's transaction; on a pooled
         connection a transaction only when some job's run_at is reckoned from now().
         On its own connection, a lost connection's outcome is found out (_copy_outcome)."""
-        scheduled = any(row[4] is not None or row[5] for row in rows)
         if conn is not None:
             with self._transaction(conn) as held:
-                return self._copy_rows(rows, meta, scheduled, held)
+                return self._copy_rows(rows, meta, held)
         sent: list[Any] = []
         try:
-            if not scheduled:
+            if not rows.scheduled:
                 # The table's defaults give every job the COPY's own now(), as the
                 # INSERT's transaction gives it: two round trips fewer than BEGIN ... COMMIT.
                 with self._connection() as pooled:
-                    return self._copy_rows(rows, meta, scheduled, pooled, sent)
+                    return self._copy_rows(rows, meta, pooled, sent)
             with self._transaction(None) as held:
-                return self._copy_rows(rows, meta, scheduled, held, sent)
+                return self._copy_rows(rows, meta, held, sent)
         except ConnectionFailed as error:
             return self._copy_outcome(error, sent)
 
@@ -230,9 +229,8 @@ class JobWrites(QueueCore):
 
     def _copy_rows(
         self,
-        rows: Sequence[CopyRow],
+        rows: CopyRows,
         meta: str | None,
-        scheduled: bool,
         conn: psycopg.Connection[Any],
         sent: list[Any] | None = None,
     ) -> list[int]:
@@ -241,10 +239,10 @@ class JobWrites(QueueCore):
         ids: list[int] = reserved["ids"]
         if sent is not None:
             sent[:] = [ids, conn.info.backend_pid]
-        statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
+        statement = self._sql["job_copy_scheduled" if rows.scheduled else "job_copy"]
         with conn.cursor() as cursor, cursor.copy(statement) as copy:
-            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
-                copy.write_row(values)
+            for text in rows.text(ids, meta, reserved["now"] if rows.scheduled else None):
+                copy.write(text)
         return ids
 
     def _write_graph(

@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .. import dependencies
-from .._checks import CopyRow, copy_values
+from .._copy_rows import CopyRows
 from .._queue_base import unique_enqueued
 from ..errors import ConnectionFailed, IdempotencyKeyTaken, UniqueJobUnseen
 from ..events import Event
@@ -177,25 +177,24 @@ class AsyncJobWrites(AsyncQueueCore):
         return done
 
     async def _copy_many(
-        self, rows: Sequence[CopyRow], meta: str | None, conn: AsyncCallerConnection | None
+        self, rows: CopyRows, meta: str | None, conn: AsyncCallerConnection | None
     ) -> list[int]:
         """A large batch by COPY: the ids (and now()) first, then every row in one COPY
         statement, all or nothing. A savepoint in the caller's transaction; on a pooled
         connection a transaction only when some job's run_at is reckoned from now().
         On its own connection, a lost connection's outcome is found out (_copy_outcome)."""
-        scheduled = any(row[4] is not None or row[5] for row in rows)
         if conn is not None:
             async with self._transaction(conn) as held:
-                return await self._copy_rows(rows, meta, scheduled, held)
+                return await self._copy_rows(rows, meta, held)
         sent: list[Any] = []
         try:
-            if not scheduled:
+            if not rows.scheduled:
                 # The table's defaults give every job the COPY's own now(), as the
                 # INSERT's transaction gives it: two round trips fewer than BEGIN ... COMMIT.
                 async with self._connection() as pooled:
-                    return await self._copy_rows(rows, meta, scheduled, pooled, sent)
+                    return await self._copy_rows(rows, meta, pooled, sent)
             async with self._transaction(None) as held:
-                return await self._copy_rows(rows, meta, scheduled, held, sent)
+                return await self._copy_rows(rows, meta, held, sent)
         except ConnectionFailed as error:
             return await self._copy_outcome(error, sent)
 
@@ -229,9 +228,8 @@ class AsyncJobWrites(AsyncQueueCore):
 
     async def _copy_rows(
         self,
-        rows: Sequence[CopyRow],
+        rows: CopyRows,
         meta: str | None,
-        scheduled: bool,
         conn: psycopg.AsyncConnection[Any],
         sent: list[Any] | None = None,
     ) -> list[int]:
@@ -240,10 +238,10 @@ class AsyncJobWrites(AsyncQueueCore):
         ids: list[int] = reserved["ids"]
         if sent is not None:
             sent[:] = [ids, conn.info.backend_pid]
-        statement = self._sql["job_copy_scheduled" if scheduled else "job_copy"]
+        statement = self._sql["job_copy_scheduled" if rows.scheduled else "job_copy"]
         async with conn.cursor() as cursor, cursor.copy(statement) as copy:
-            for values in copy_values(ids, rows, meta, reserved["now"] if scheduled else None):
-                await copy.write_row(values)
+            for text in rows.text(ids, meta, reserved["now"] if rows.scheduled else None):
+                await copy.write(text)
         return ids
 
     async def _write_graph(

@@ -132,14 +132,16 @@ FROM (SELECT n, nextval('__schema__.jobs_id_seq') AS id
 -- A large batch in which every job is due at once: the column defaults give run_at and
 -- created_at the transaction's now(), as job_insert_many does. COPY fires the insert
 -- triggers as an INSERT does, so jobs_notify_inserted wakes the workers at commit.
-COPY __schema__.jobs (id, queue, task, args, priority, key, max_attempts, meta, limit_key)
+-- The columns a row's fields come in (_copy_rows.py): those the client fills in at the
+-- write (the reserved id, the enqueue hook's meta) first, then the job's own.
+COPY __schema__.jobs (id, meta, queue, task, args, priority, key, max_attempts, limit_key)
 FROM STDIN;
 
 -- name: job_copy_scheduled
 -- As job_copy, for a batch in which some job has a run_at or a delay: each row carries
 -- its run_at (the reserved now() where the job gave none).
 COPY __schema__.jobs
-    (id, queue, task, args, priority, run_at, key, max_attempts, meta, limit_key)
+    (id, meta, run_at, queue, task, args, priority, key, max_attempts, limit_key)
 FROM STDIN;
 
 -- name: job_ids_written
