@@ -450,11 +450,12 @@ async def enqueue_many_copy_text(queue: pgbaton.AsyncQueue, jobs: list[dict[str,
     rows = copy_job_rows(many_job_params(jobs, encode=False)["rows"])
     async with queue._connection() as pooled:
         (reserved,) = await queue._fetch("job_ids_reserve", {"count": len(rows)}, pooled)
+        ids = reserved["ids"] or list(range(reserved["first"], reserved["first"] + len(rows)))
         async with (
             pooled.cursor() as cursor,
             cursor.copy(_old_copy(queue)) as copy,  # type: ignore[arg-type]
         ):
-            for text in copy_text(reserved["ids"], rows, None, None):
+            for text in copy_text(ids, rows, None, None):
                 await copy.write(text)
 
 
@@ -465,11 +466,12 @@ async def enqueue_many_as_on_main(queue: pgbaton.AsyncQueue, jobs: list[dict[str
     rows = copy_job_rows(many_job_params(jobs, encode=False)["rows"])
     async with queue._connection() as pooled:
         (reserved,) = await queue._fetch("job_ids_reserve", {"count": len(rows)}, pooled)
+        ids = reserved["ids"] or list(range(reserved["first"], reserved["first"] + len(rows)))
         async with (
             pooled.cursor() as cursor,
             cursor.copy(_old_copy(queue)) as copy,  # type: ignore[arg-type]
         ):
-            for values in copy_values(reserved["ids"], rows, None, None):
+            for values in copy_values(ids, rows, None, None):
                 await copy.write_row(values)
 
 

@@ -242,6 +242,27 @@ def test_plain_jobs_are_copied_as_the_insert_writes_them(
         (job["task"], job["args"]) for job in jobs]
 
 
+def test_ids_drawn_with_a_gap_come_back_lowest_first_each_its_jobs(queue, dsn, schema, copies):
+    """The ids of a COPY batch are one run from the first in the usual case; when another
+    session drew from the sequence in between (here: its cache of 100 taken between
+    the caller's cached ids and the batch), they still come back each its own job's,
+    lowest first, in input order."""
+    with psycopg.connect(dsn, autocommit=True) as other, psycopg.connect(dsn) as conn:
+        other.execute(f'ALTER SEQUENCE "{schema}".jobs_id_seq CACHE 100')  # type: ignore[arg-type]
+        first = queue.enqueue("t", conn=conn)  # conn keeps the rest of its 100 ids
+        other.execute(f"SELECT nextval('\"{schema}\".jobs_id_seq')")  # type: ignore[arg-type]
+        jobs = [{"task": "t", "args": {"n": n}} for n in range(600)]
+        ids = queue.enqueue_many(jobs, conn=conn)
+        conn.commit()
+    assert copies == [600]
+    assert ids[:99] == list(range(first + 1, first + 100))  # the rest of conn's cache
+    assert ids[99] >= first + 200  # past the other session's 100
+    assert ids[99:] == list(range(ids[99], ids[99] + 501))
+    stored = queue.jobs(limit=1000)
+    assert {job.id: job.args for job in stored if job.id != first} == {
+        job_id: job["args"] for job_id, job in zip(ids, jobs, strict=True)}
+
+
 def test_a_copy_the_server_stops_half_way_leaves_nothing(queue, dsn, db, copies):
     """A row the server refuses in the middle of a COPY (here a test trigger on job 700)
     undoes the rows before it; in the caller's transaction only the COPY is undone, and

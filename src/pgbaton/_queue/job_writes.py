@@ -236,7 +236,8 @@ class JobWrites(QueueCore):
     ) -> list[int]:
         """`sent`: filled with the reserved ids and the connection's backend pid."""
         (reserved,) = self._fetch("job_ids_reserve", {"count": len(rows)}, conn)
-        ids: list[int] = reserved["ids"]
+        ids: list[int] = reserved["ids"] or list(
+            range(reserved["first"], reserved["first"] + len(rows)))
         if sent is not None:
             sent[:] = [ids, conn.info.backend_pid]
         statement = self._sql["job_copy_scheduled" if rows.scheduled else "job_copy"]

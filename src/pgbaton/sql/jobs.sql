@@ -122,11 +122,17 @@ FROM input LEFT JOIN inserted ON inserted.id = input.id;
 
 -- name: job_ids_reserve
 -- The ids of a batch written by COPY (enqueue_many's large batches), drawn first so that
--- they come back in input order, and the transaction's now(): what job_insert_many's
--- coalesce gives a job with a delay, computed the same way by the client.
-SELECT array_agg(id ORDER BY n) AS ids, now() AS now
-FROM (SELECT n, nextval('__schema__.jobs_id_seq') AS id
-      FROM generate_series(1, %(count)s) AS n) AS reserved;
+-- they come back in input order, lowest first, and the transaction's now(): what
+-- job_insert_many's coalesce gives a job with a delay, computed the same way by the
+-- client. `ids` is NULL when they run from `first` without a gap (no other session drew
+-- from the sequence meanwhile, the usual case): the client counts them from there, and
+-- the array is not sent and read.
+SELECT min(id) AS first,
+       CASE WHEN max(id) - min(id) + 1 = count(*) THEN NULL
+            ELSE array_agg(id ORDER BY id) END AS ids,
+       now() AS now
+FROM (SELECT nextval('__schema__.jobs_id_seq') AS id
+      FROM generate_series(1, %(count)s)) AS reserved;
 
 -- name: job_copy
 -- A large batch in which every job is due at once: the column defaults give run_at and
