@@ -31,7 +31,7 @@ COPY_CHUNK_ROWS = 1000
 
 NULL = "\\N"
 # COPY's text format: a backslash, the delimiter (tab), newline and carriage return must
-# be escaped in a field; `\N` alone is NULL, and so its backslash is doubled too.
+# be escaped in a field. A field that is the text `\N` is written `\\N`, not read as NULL.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 Column = str | list[str]
@@ -182,8 +182,8 @@ def _tasks_and_args(jobs: Sequence[object]) -> tuple[list[str], list[dict[str, A
 
 def copy_rows(rows: Sequence[Mapping[str, Any]]) -> CopyRows:
     """The rows of many_job_params(encode=False) with JOB_DEFAULTS filled in, each job's
-    args encoded alone (COPY takes one value per row and column) under the limits of
-    one job's args; all of them before anything is written."""
+    args a JSON value of its own (COPY takes one value per row and column) under the
+    limits of one job's args; all of them before anything is written."""
     texts = to_json_many([row["args"] for row in rows])
     if texts is None:
         texts = [_args_json(position, row) for position, row in enumerate(rows)]
