@@ -78,23 +78,24 @@ class CopyRows:
         if len(ids) != self.count:
             raise ValueError(f"{len(ids)} ids for {self.count} rows")
         lead = f"\t{copy_field(meta)}\t"
+        due = [] if now is None else [self._due(now)]
+        columns = _merged([lead, *due, *self.columns])
         for start in range(0, self.count, COPY_CHUNK_ROWS):
-            stop = start + COPY_CHUNK_ROWS
-            due = [] if now is None else [self._due(now, start, stop)]
-            columns = _merged([lead, *due, *self.columns])
-            pieces = [repeat(c) if isinstance(c, str) else c[start:stop] for c in columns]
-            # The fields alike for every job repeat without end: the ids, checked above
-            # to be one a row, end each piece.
-            rows = zip(map(str, ids[start:stop]), *pieces, strict=False)
+            chunk = ids[start:start + COPY_CHUNK_ROWS]
+            # Every piece one field a row (strict): a column short of the ids raises
+            # instead of ending the rows early.
+            pieces = [repeat(c, len(chunk)) if isinstance(c, str)
+                      else c[start:start + len(chunk)] for c in columns]
+            rows = zip(map(str, chunk), *pieces, strict=True)
             yield "".join(chain.from_iterable(rows))
 
-    def _due(self, now: dt.datetime, start: int, stop: int) -> list[str]:
-        """The run_at fields of rows start to stop: a job's own run_at, else now plus its
-        delay, rounded to the microsecond as PostgreSQL's make_interval rounds it."""
+    def _due(self, now: dt.datetime) -> list[str]:
+        """Each row's run_at field: a job's own run_at, else now plus its delay, rounded
+        to the microsecond as PostgreSQL's make_interval rounds it."""
         assert self.schedule is not None
         due_now = now.isoformat()
         fields = []
-        for run_at, delay in self.schedule[start:stop]:
+        for run_at, delay in self.schedule:
             if run_at is not None:
                 when = run_at
             elif delay:

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 import pgbaton
+from pgbaton._copy_rows import COPY_CHUNK_ROWS, CopyRows
 from pgbaton._queue import enqueueing
 from pgbaton.limits import INT4_MAX, INT4_MIN, MAX_JSON_DEPTH
 
@@ -118,6 +119,52 @@ def test_a_large_batch_is_copied_due_jobs_wake_workers_once(queue, dsn, copies):
     assert [c.args for c in claims] == [{"n": n} for n in range(600)]
     assert later == sorted(later) and len(set(later)) == 600
     listener.close()
+
+
+@pytest.mark.parametrize("when", ["delay", "run_at", "both"])
+def test_a_scheduled_batch_of_several_pieces_writes_every_row(queue, db, copies, when):
+    """A batch larger than one piece of COPY text (COPY_CHUNK_ROWS) in which some job is
+    due later: every job is written, each with its own args and due time (the pieces
+    after the first once came out empty, and their jobs were lost with ids returned)."""
+    count = 2 * COPY_CHUNK_ROWS + 7
+    later = dt.datetime(2031, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    jobs: list[dict[str, Any]] = [{"task": "t", "args": {"n": n}} for n in range(count)]
+    if when in ("delay", "both"):
+        jobs[3]["delay"] = 60
+        jobs[-1]["delay"] = 120
+    if when in ("run_at", "both"):
+        jobs[COPY_CHUNK_ROWS + 1]["run_at"] = later
+        jobs[-2]["run_at"] = later
+    ids = queue.enqueue_many(jobs)
+    assert copies == [count]
+    rows = db.execute("SELECT id, (args ->> 'n')::int AS n, run_at - created_at AS wait,"
+                      " run_at FROM jobs WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+    assert [(r["id"], r["n"]) for r in rows] == list(zip(ids, range(count), strict=True))
+    waits = {r["n"]: r["wait"].total_seconds() for r in rows if r["wait"]}
+    at = {r["n"] for r in rows if r["run_at"] == later}
+    if when in ("delay", "both"):
+        assert waits[3] == 60 and waits[count - 1] == 120
+    if when in ("run_at", "both"):
+        assert at == {COPY_CHUNK_ROWS + 1, count - 2}
+    assert len(waits) == {"delay": 2, "run_at": 2, "both": 4}[when]
+
+
+def test_copy_text_short_of_its_rows_fails_the_copy_and_writes_nothing(
+    queue, db, copies, monkeypatch
+):
+    """The guard behind the pieces: should the COPY text ever hold fewer rows than the
+    ids returned, the COPY is failed from inside and no job is written."""
+    text = CopyRows.text
+
+    def one_row_short(self: CopyRows, *args: Any) -> Iterator[str]:
+        for piece in text(self, *args):
+            yield piece.partition("\n")[2]  # the piece's first row left out
+
+    monkeypatch.setattr(CopyRows, "text", one_row_short)
+    with pytest.raises(RuntimeError, match=r"held 1198 rows for 1200 jobs"):
+        queue.enqueue_many([{"task": "t", "args": {"n": n}} for n in range(1200)])
+    assert copies == [1200]
+    assert db.execute("SELECT count(*) AS n FROM jobs").fetchone()["n"] == 0
 
 
 def test_a_copied_batch_rolled_back_with_the_callers_transaction_leaves_nothing(

@@ -241,9 +241,14 @@ class JobWrites(QueueCore):
         if sent is not None:
             sent[:] = [ids, conn.info.backend_pid]
         statement = self._sql["job_copy_scheduled" if rows.scheduled else "job_copy"]
+        lines = 0
         with conn.cursor() as cursor, cursor.copy(statement) as copy:
             for text in rows.text(ids, meta, reserved["now"] if rows.scheduled else None):
+                lines += text.count("\n")  # a field's newline is escaped: one a row
                 copy.write(text)
+            if lines != len(ids):
+                # Raised inside the COPY, which it fails: nothing is written.
+                raise RuntimeError(f"the COPY text held {lines} rows for {len(ids)} jobs")
         return ids
 
     def _write_graph(
