@@ -35,6 +35,7 @@ from typing import Any
 import psycopg
 
 import pgbaton
+from pgbaton.worker import loop
 
 from . import case
 from .systems.pgbaton_system import SCHEMA, PgbatonSystem
@@ -154,13 +155,16 @@ def main() -> None:
     parser.add_argument("--dsn", required=True,
                         help="a database of its own: each round drops its schema pgbaton")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loop", choices=loop.EVENT_LOOPS, default="auto",
+                        help="the event loop (as pgbaton worker --loop)")
     parser.add_argument("--profile", metavar="FILE",
                         help="write cProfile stats of the timed parts to FILE.enqueue "
                              "and FILE.drain")
     args = parser.parse_args()
     # As the bench's case processes: warnings only, to standard error.
     logging.basicConfig(level=logging.WARNING)
-    PgbatonSystem.run_on_own_loop(main_async(args))  # the loop `pgbaton worker` picks
+    # The loop `pgbaton worker` picks (auto), unless told otherwise.
+    loop.run(main_async(args), args.loop)
 
 
 if __name__ == "__main__":
