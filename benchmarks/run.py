@@ -322,9 +322,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--loop", choices=("default", "asyncio", "uvloop"),
                         default="default",
-                        help="the event loop every Python system runs on (default: each "
-                             "on the one its own worker command picks: uvloop for "
-                             "pgbaton and PgQueuer, asyncio's for the others)")
+                        help="the event loop every Python system runs on (default: the "
+                             "enqueue cases on asyncio's, as an application's; the others "
+                             "on the one each system's worker command picks: uvloop for "
+                             "pgbaton and PgQueuer, asyncio's for the rest)")
     return parser.parse_args()
 
 
