@@ -8,6 +8,9 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NoReturn
 
 from ..app import App
 from .config import WorkerConfig
@@ -59,16 +62,42 @@ def run_worker(app: App, config: WorkerConfig, app_spec: str | None = None) -> i
         return await worker.run()
 
     with loop_runner(config.event_loop) as on_loop:
+        # asyncio's own threads (asyncio.to_thread, getaddrinfo) come from an executor
+        # that knows which of its calls still run: closing the loop joins its threads.
+        calls = _TrackedExecutor(thread_name_prefix="pgbaton-asyncio")
+        on_loop.get_loop().set_default_executor(calls)
         status = on_loop.run(main())
-        if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
-               for t in threading.enumerate()):
-            # A handler's thread (a sync handler, or asyncio.to_thread) still runs after
-            # its job was released; its result is discarded, so neither closing the loop
-            # (which joins asyncio's own threads) nor the interpreter's exit may wait
-            # for it.
-            logging.shutdown()
-            os._exit(status)
+        if calls.busy():
+            _exit_past_stray_threads(status)
+    if any(t is not threading.main_thread() and t.is_alive() and not t.daemon
+           for t in threading.enumerate()):
+        _exit_past_stray_threads(status)
     return status
+
+
+class _TrackedExecutor(ThreadPoolExecutor):
+    """A thread pool that tells whether any call it was given still runs."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._unfinished: set[Future[Any]] = set()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = super().submit(fn, *args, **kwargs)
+        self._unfinished.add(future)
+        future.add_done_callback(self._unfinished.discard)
+        return future
+
+    def busy(self) -> bool:
+        return any(not future.done() for future in list(self._unfinished))
+
+
+def _exit_past_stray_threads(status: int) -> NoReturn:
+    """A handler's thread (a sync handler, or its asyncio.to_thread) still runs after
+    its job was released; its result is discarded, so neither closing the loop nor the
+    interpreter's exit may wait for it."""
+    logging.shutdown()
+    os._exit(status)
 
 
 def _exit_now() -> None:

@@ -28,9 +28,14 @@ JOBS = 40
 APP = '''
 import asyncio
 
+import atexit
+import os
+
 import pgbaton
 
 app = pgbaton.App(schema={schema!r})
+if os.environ.get("EXIT_MARK"):
+    atexit.register(lambda: open(os.environ["EXIT_MARK"], "w").close())
 
 
 @app.task
@@ -41,6 +46,11 @@ async def which_loop(n: int) -> str:
 
 # Handed back due at once, twice (a retry after 0 s, then a snooze of 0 s): the worker
 # wakes its own claim for each (Producer.wake_in), on whichever loop it runs.
+@app.task
+async def touches_a_thread(n: int) -> None:
+    await asyncio.to_thread(lambda: None)  # leaves an idle thread in asyncio's pool
+
+
 @app.task
 async def sleeps_in_a_thread() -> None:
     import time
@@ -202,3 +212,16 @@ def test_uvloop_asked_for_but_missing_is_refused_before_waiting_for_the_database
     assert time.monotonic() - began < 20
     assert done.returncode != 0
     assert "needs the uvloop package, which is not installed" in done.stderr
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+def test_a_stopped_worker_exits_normally_when_no_thread_runs_on(tmp_path, dsn, schema, db,
+                                                                event_loop):
+    """A handler used asyncio's thread pool and returned: the idle thread is not a stray
+    one, so the process exits the normal way (its atexit hooks run: an exporter's last
+    flush, say), not by os._exit."""
+    mark = tmp_path / "exited"
+    results, log = _run_worker(tmp_path, dsn, schema, db, "--loop", event_loop,
+                               task="touches_a_thread", EXIT_MARK=str(mark))
+    assert results == [None] * JOBS
+    assert mark.exists(), log
