@@ -6,9 +6,10 @@ and macOS) and asyncio's own loop elsewhere. A worker spends much of its own CPU
 loop's machinery (a task per job, a wait on a socket per statement); uvloop does that
 part in C, and at concurrency 32 it cut the worker's CPU per job by about a tenth (the
 drain's rate, which the server bounds on two cores, did not move beyond the noise:
-docs/explanation/performance.md, "The worker's event loop"). Handlers run as before (async ones on the loop, sync ones in its thread pool), but a
-handler that uses the loop's own API meets uvloop's differences (docs/explanation/
-performance.md, "The worker's event loop", lists them): "asyncio" is the way back.
+docs/explanation/performance.md, "The worker's event loop"). Handlers run as before
+(async ones on the loop, sync ones in its thread pool), but a handler that uses the
+loop's own API meets uvloop's differences (the same section lists them): "asyncio" is
+the way back.
 """
 
 from __future__ import annotations
