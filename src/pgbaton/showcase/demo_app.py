@@ -58,23 +58,29 @@ async def slow_report(context: JobContext, stall_seconds: float) -> str:
     written the report; at most stall_seconds. Later attempts run normally."""
     await _record(context, "start")
     if context.attempt == 1:
-        _stall_until_someone_else_finishes(context.job_id, stall_seconds)
-        await _record(context, "woke")
+        _stall_until_someone_else_finishes(context, stall_seconds)
     await _record(context, "end")
     return f"report written on attempt {context.attempt}"
 
 
-def _stall_until_someone_else_finishes(job_id: int, at_most: float) -> None:
+def _stall_until_someone_else_finishes(context: JobContext, at_most: float) -> None:
+    """Blocks, then records that it woke before the event loop runs again: once the loop
+    runs, the worker learns the claim is lost and cancels this handler, which could
+    cancel a `woke` written with an await (the demo waits for that row)."""
     deadline = time.monotonic() + at_most
     with psycopg.connect(app.dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
             row = conn.execute(
-                SQL["demo_effect_finished_by_another"], {"job_id": job_id}
+                SQL["demo_effect_finished_by_another"], {"job_id": context.job_id}
             ).fetchone()
             if row and row[0]:
                 time.sleep(0.2)  # and a moment more, for its completion to commit
-                return
+                break
             time.sleep(0.05)
+        conn.execute(SQL["demo_effect_record"], {
+            "job_id": context.job_id, "attempt": context.attempt,
+            "worker_pid": os.getpid(), "what": "woke",
+        })
 
 
 @app.task(max_attempts=3, retry=lambda attempt: 0.05)

@@ -55,7 +55,12 @@ def test_the_demo_is_watched_live_and_kept_until_ctrl_c(dsn: str) -> None:
         kept = None
         while kept is None:
             assert time.monotonic() < deadline, output.text
-            overview = _page(f"{base}/?partial=1")
+            try:
+                overview = _page(f"{base}/?partial=1")
+            except urllib.error.URLError as error:
+                # The dashboard ends with the demo: what the demo said is the evidence.
+                raise AssertionError(f"the dashboard stopped answering ({error}); the "
+                                     f"demo's output: {output.rest(1)}") from None
             during |= set(re.findall(r'data-queue="(\w+)"', overview))
             if re.search(r'<dd class="running"><a [^>]*>[1-9]', overview):
                 during.add("jobs running")
