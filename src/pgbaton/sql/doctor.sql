@@ -167,8 +167,12 @@ WHERE l.locktype = 'advisory'
 -- name: doctor_queue_lag
 -- Per queue: how long the oldest due pending job has waited since it became due (the
 -- lag a worker fleet keeps near zero), beside what is scheduled and running. Each half
--- reads only its own partial index's rows (pending, running), never the done ones. A
--- paused queue's lag is the pause, not a missing worker: the finding says which.
+-- reads only its own partial index's rows, never the done ones: the pending half
+-- jobs_claimable's, the running half jobs_held's. A running job always holds a lease
+-- (the CHECK jobs_token_while_held), so `lease_until IS NOT NULL` drops no running job;
+-- it is there because `status = 'running'` alone implies no index's predicate, and the
+-- running half would read the whole table. A paused queue's lag is the pause, not a
+-- missing worker: the finding says which.
 SELECT queue,
        bool_or(coalesce(q.paused, false)) AS paused,
        sum(due)::bigint AS due,
@@ -188,7 +192,7 @@ FROM (
     UNION ALL
     SELECT j.queue, 0, 0, count(*), NULL
     FROM __schema__.jobs AS j
-    WHERE j.status = 'running'
+    WHERE j.status = 'running' AND j.lease_until IS NOT NULL  -- jobs_held's predicate
     GROUP BY j.queue
 ) AS per_status
 LEFT JOIN __schema__.queues AS q ON q.name = per_status.queue

@@ -1415,11 +1415,14 @@ DECLARE
     one bigint;
 BEGIN
     -- Locked in id order, as send_event would lock them one by one: a job that ends
-    -- meanwhile is passed over, not refused.
+    -- meanwhile is passed over, not refused. The status test names each partial
+    -- index's own predicate, pending and running (jobs_key_unfinished) or waiting
+    -- (jobs_key_waiting), so the planner reads both by key (one IN of the three states
+    -- implies neither, and reads the whole table: migration 25).
     SELECT coalesce(array_agg(held.id ORDER BY held.id), '{}') INTO ids
     FROM (SELECT j.id FROM __schema__.jobs AS j
           WHERE j.key = send_event_by_key.key
-            AND j.status IN ('pending', 'running', 'waiting')
+            AND (j.status IN ('pending', 'running') OR j.status = 'waiting')
           ORDER BY j.id FOR UPDATE) AS held;
     IF cardinality(ids) = 0 THEN
         RAISE EXCEPTION 'send_event_by_key: no unfinished job has key % (event %)',
