@@ -324,8 +324,13 @@ class AsyncDatabase:
             return {"prepare_threshold": None}
         # Every statement here has one good plan whatever its values
         # (tests/engine/test_claim_index.py checks the claim's), so plan each once
-        # per connection instead of at every call.
-        return {"options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan")}
+        # per connection instead of at every call: prepared at its first run, as
+        # psycopg's default runs a statement five times unprepared, each planned anew
+        # (the claim's plan takes milliseconds; docs/explanation/claim-table.md).
+        return {
+            "prepare_threshold": 0,
+            "options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan"),
+        }
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PooledConnection]:
