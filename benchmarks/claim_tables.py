@@ -32,9 +32,33 @@ Arms:
   is_available column, one partial index) with its claim (no queue filter, as there)
   and its DELETE completion; enqueue by INSERT ... SELECT FROM unnest.
 
-The raw arms enqueue by INSERT ... SELECT FROM unnest(jsonb[]), pgbaton by COPY. Only
-pgbaton's claim commits with synchronous_commit off (its own set_config); every other
-statement of every arm waits for the disk as the server is set.
+The parts arms take pgbaton's claim cost apart. Each is pgbaton's migrated schema with
+pgbaton's enqueue (enqueue_many) and completion (job_complete_many); only the claim or
+the table differs:
+
+- `pgbaton table, simple claim`: SIMPLE_CLAIM, a claim as plain as split-state's (no
+  queues subquery, task filter, key probes, marks, CASE arms, set_config; started_at =
+  now()) on pgbaton's table, returning the columns job_claim_many returns;
+- `simple claim, small args`: the same with args {} (a narrow row; the payload differs);
+- `simple claim, no CHECKs`: the same with every CHECK constraint of jobs dropped;
+- `simple claim, no triggers`: the same with every row trigger of jobs dropped;
+- `simple claim, only the claim's indexes`: the same with every index of jobs dropped but
+  jobs_pkey, jobs_claimable and jobs_held;
+- `pgbaton claim, only the claim's indexes`: job_claim_many on that table (its key
+  probes find no index; the jobs have no key), its worker's connection set to
+  plan_cache_mode force_generic_plan: left to choose, the plan cache prices the generic
+  plan (whose unused `named` arm has no jobs_queue_claimable left) above the custom
+  ones and plans every claim afresh, which pgbaton's own claim (generic from the sixth
+  claim on) does not; and jit off, as that generic plan's estimate (~830,000 at 20,000
+  jobs) is past jit_above_cost and each claim would be JIT-compiled (1.5 s). Its plan
+  (auto_explain, after the drain, first round) is printed with the figures;
+- `simple claim, no disk wait`: SIMPLE_CLAIM with job_claim_many's set_config (its commit
+  does not wait for the disk), which sets the simple claim's commit apart from the rest.
+
+The raw arms enqueue by INSERT ... SELECT FROM unnest(jsonb[]), pgbaton (and the parts
+arms) by COPY. Only job_claim_many and SIMPLE_CLAIM_NO_DISK_WAIT commit with
+synchronous_commit off (their own set_config); every other statement of every arm waits
+for the disk as the server is set.
 
 Measured per phase (enqueue; claim and completion, which alternate): server CPU, from
 /proc/PID/schedstat (the server must run on this machine): the enqueue phase's as
@@ -81,12 +105,26 @@ QUEUE = "default"
 ARGS = {"payload": "x" * 230}
 PG_WALDUMP = "/usr/lib/postgresql/15/bin/pg_waldump"
 
+# The parts arms: pgbaton's schema, and of each its claim ("pgbaton": job_claim_many,
+# "simple": SIMPLE_CLAIM, "simple, no disk wait": SIMPLE_CLAIM_NO_DISK_WAIT), the args
+# enqueued, and what is dropped from jobs ("checks", "triggers", "indexes": all but
+# CLAIM_INDEXES).
+PARTS: dict[str, tuple[str, dict[str, str], str | None]] = {
+    "pgbaton table, simple claim": ("simple", ARGS, None),
+    "simple claim, small args": ("simple", {}, None),
+    "simple claim, no CHECKs": ("simple", ARGS, "checks"),
+    "simple claim, no triggers": ("simple", ARGS, "triggers"),
+    "simple claim, only the claim's indexes": ("simple", ARGS, "indexes"),
+    "pgbaton claim, only the claim's indexes": ("pgbaton", ARGS, "indexes"),
+    "simple claim, no disk wait": ("simple, no disk wait", ARGS, None),
+}
 ARMS = ("pgbaton", "split-state", "split-state, ff 100", "split-state, ff 50",
-        "split-state, keep state", "ready-table", "graphile-like")
+        "split-state, keep state", "ready-table", "graphile-like", *PARTS)
 SCHEMAS = {"pgbaton": "ct_pgbaton", "split-state": "ct_split",
            "split-state, ff 100": "ct_split_ff100", "split-state, ff 50": "ct_split_ff50",
            "split-state, keep state": "ct_split_keep", "ready-table": "ct_ready",
-           "graphile-like": "rs_graphile"}
+           "graphile-like": "rs_graphile",
+           **{name: f"ct_parts_{number}" for number, name in enumerate(PARTS, 1)}}
 # The wide table's fillfactor in the split-state arms: room on its pages for HOT updates.
 FILLFACTORS = {"split-state": 90, "split-state, ff 100": 100, "split-state, ff 50": 50,
                "split-state, keep state": 90}
@@ -185,6 +223,46 @@ RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key
           j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
           j.meta"""
 
+# -- the parts arms (on a migrated pgbaton schema) --------------------------------------
+
+SIMPLE_CLAIM = f"""
+WITH c AS (
+    SELECT id FROM {{s}}.jobs
+    WHERE status = 'pending' AND run_at <= now()
+    ORDER BY priority DESC, run_at, id LIMIT {CLAIM} FOR UPDATE SKIP LOCKED)
+UPDATE {{s}}.jobs AS j
+SET status = 'running', claim_token = gen_random_uuid(),
+    lease_until = now() + interval '30 s', attempts = j.attempts + 1,
+    started_at = now(), worker_id = 'w'
+FROM c WHERE j.id = c.id
+RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+          j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
+          j.meta, j.started_at IS NOT NULL AS started"""
+SIMPLE_CLAIM_NO_DISK_WAIT = SIMPLE_CLAIM.replace(
+    "FROM c WHERE",
+    "FROM c, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait\nWHERE")
+CLAIM_INDEXES = ("jobs_pkey", "jobs_claimable", "jobs_held")
+# What a parts arm drops from its jobs table, listed from the catalogue: name, statement.
+DROPPED = {
+    "checks": """
+        SELECT conname, format('ALTER TABLE %%I.jobs DROP CONSTRAINT %%I', %(s)s::text, conname)
+        FROM pg_constraint
+        WHERE conrelid = format('%%I.jobs', %(s)s::text)::regclass AND contype = 'c'
+        ORDER BY conname""",
+    "triggers": """
+        SELECT tgname, format('DROP TRIGGER %%I ON %%I.jobs', tgname, %(s)s::text)
+        FROM pg_trigger
+        WHERE tgrelid = format('%%I.jobs', %(s)s::text)::regclass AND NOT tgisinternal
+          AND tgtype & 1 = 1  -- TRIGGER_TYPE_ROW
+        ORDER BY tgname""",
+    "indexes": """
+        SELECT c.relname, format('DROP INDEX %%I.%%I', %(s)s::text, c.relname)
+        FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+        WHERE i.indrelid = format('%%I.jobs', %(s)s::text)::regclass
+          AND c.relname <> ALL(%(keep)s::text[])
+        ORDER BY c.relname""",
+}
+
 # -- graphile-like (row_shapes.py's table, claim and completion) ------------------------
 
 GRAPHILE_ENQUEUE = """
@@ -227,6 +305,8 @@ class Run:
     writes: dict[str, Counter[str]] = field(
         default_factory=lambda: {phase: Counter() for phase in PHASES})
     counters: list[tuple[Any, ...]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)
 
 
 def count_records(waldir: str, windows: list[tuple[int, int, str]],
@@ -294,15 +374,30 @@ class Arm:
         self.name, self.dsn, self.schema = name, dsn, SCHEMAS[name]
         self.queue: pgbaton.AsyncQueue | None = None
         self.sql = _sql.queries(self.schema)
+        self.dropped: list[str] = []  # what make() dropped (parts arms)
+        self.plan: list[str] = []  # the claim's plan, when explain() was asked
+        # A parts arm's claim, args and drop; every other arm's name stands for itself.
+        self.claim_kind, self.args, self.drop_kind = PARTS.get(
+            name, ("pgbaton" if name == "pgbaton" else name, ARGS, None))
+        self.pgbaton_schema = name in ("pgbaton", "ready-table") or name in PARTS
 
     async def make(self, conn: psycopg.AsyncConnection[Any]) -> None:
         s = self.schema
-        if self.name in ("pgbaton", "ready-table"):
+        if self.pgbaton_schema:
             await conn.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")
             self.queue = pgbaton.AsyncQueue(self.dsn, schema=s, pool_size=1)
             await self.queue.migrate()
             if self.name == "ready-table":
                 await conn.execute(READY_TABLE.format(s=s))
+            if self.drop_kind is not None:
+                rows = await (await conn.execute(
+                    DROPPED[self.drop_kind], {"s": s, "keep": list(CLAIM_INDEXES)})
+                ).fetchall()
+                if not rows:
+                    raise RuntimeError(f"{self.name}: nothing to drop")
+                for name, statement in rows:
+                    await conn.execute(statement)
+                    self.dropped.append(name)
         elif self.name == "graphile-like":
             await conn.execute(GRAPHILE_LIKE)
         else:
@@ -315,10 +410,10 @@ class Arm:
         await conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
 
     async def enqueue(self, worker: psycopg.AsyncConnection[Any], count: int) -> None:
-        if self.name == "pgbaton":
+        if self.name == "pgbaton" or self.name in PARTS:
             assert self.queue is not None
             await self.queue.enqueue_many(
-                [{"task": "noop", "args": ARGS, "queue": QUEUE} for _ in range(count)])
+                [{"task": "noop", "args": self.args, "queue": QUEUE} for _ in range(count)])
             return
         statement = {"ready-table": READY_ENQUEUE, "graphile-like": GRAPHILE_ENQUEUE}.get(
             self.name, SPLIT_ENQUEUE)
@@ -327,11 +422,15 @@ class Arm:
                              prepare=True)
 
     async def claim(self, worker: psycopg.AsyncConnection[Any]) -> tuple[list[int], list[Any]]:
-        if self.name == "pgbaton":
+        if self.claim_kind == "pgbaton":
             cursor = await worker.execute(self.sql["job_claim_many"], {
                 "queues": None, "tasks": ["noop"], "after": None, "limit": CLAIM,
                 "lease": 30.0, "worker_id": "w", "starting": CLAIM, "finished": None},
                 prepare=True)
+        elif self.claim_kind.startswith("simple"):
+            statement = (SIMPLE_CLAIM if self.claim_kind == "simple"
+                         else SIMPLE_CLAIM_NO_DISK_WAIT)
+            cursor = await worker.execute(statement.format(s=self.schema), prepare=True)
         elif self.name == "graphile-like":
             cursor = await worker.execute(GRAPHILE_CLAIM, prepare=True)
         else:
@@ -348,7 +447,7 @@ class Arm:
     async def complete(self, worker: psycopg.AsyncConnection[Any], ids: list[int],
                        tokens: list[Any]) -> None:
         params = {"ids": ids, "tokens": tokens, "results": [None] * len(ids)}
-        if self.name in ("pgbaton", "ready-table"):
+        if self.pgbaton_schema:
             cursor = await worker.execute(self.sql["job_complete_many"], params, prepare=True)
         elif self.name == "graphile-like":
             cursor = await worker.execute(GRAPHILE_COMPLETE, {"ids": ids}, prepare=True)
@@ -359,6 +458,27 @@ class Arm:
                                           prepare=True)
         if cursor.rowcount != len(ids):
             raise RuntimeError(f"{self.name}: completed {cursor.rowcount} of {len(ids)}")
+
+    async def explain(self, worker: psycopg.AsyncConnection[Any]) -> None:
+        """The plan the worker's claim runs on: one more claim (nothing left to claim)
+        under auto_explain, whose plan comes back as a notice; and how the worker's
+        prepared claim was planned (generic or custom) so far."""
+        notices: list[str] = []
+        worker.add_notice_handler(lambda diagnostic: notices.append(
+            diagnostic.message_primary or ""))
+        for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                        "SET auto_explain.log_level = notice",
+                        "SET auto_explain.log_nested_statements = on"):
+            await worker.execute(setting)
+        ids, _ = await self.claim(worker)
+        await worker.execute("SET auto_explain.log_min_duration = -1")
+        plans = await (await worker.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s", ["%RETURNING j.id, j.claim_token%"])).fetchall()
+        self.plan = [f"claimed {len(ids)}; prepared claim: generic, custom plans {plans}"]
+        # Of the plan, the nodes that read a table.
+        self.plan += [line for notice in notices for line in notice.splitlines()
+                      if " Scan " in line or line.lstrip().startswith("Scan ")]
 
 
 async def enqueue_phase(arm: Arm, conn: psycopg.AsyncConnection[Any],
@@ -409,7 +529,7 @@ async def drain_phase(arm: Arm, conn: psycopg.AsyncConnection[Any],
 
 
 async def run_arm(arm: Arm, conn: psycopg.AsyncConnection[Any], jobs: int,
-                  waldir: str | None) -> Run:
+                  waldir: str | None, *, explain: bool = False) -> Run:
     """One life of `jobs` jobs on an arm's fresh schema."""
     run = Run()
     await arm.make(conn)
@@ -418,6 +538,9 @@ async def run_arm(arm: Arm, conn: psycopg.AsyncConnection[Any], jobs: int,
     async with await psycopg.AsyncConnection.connect(arm.dsn, autocommit=True) as worker:
         if arm.queue is not None:
             await arm.queue.ping()  # the pool's connection, open before the reading
+        if arm.claim_kind == "pgbaton" and arm.drop_kind == "indexes":
+            await worker.execute("SET plan_cache_mode = force_generic_plan")
+            await worker.execute("SET jit = off")
         phase = {"jobs": jobs, "waldir": waldir, "relations": relations, "run": run}
         await enqueue_phase(arm, conn, worker, **phase)
         # What autovacuum would have done by then (it is off on the server measured): with
@@ -425,6 +548,8 @@ async def run_arm(arm: Arm, conn: psycopg.AsyncConnection[Any], jobs: int,
         for (table,) in await (await conn.execute(TABLES, [arm.schema])).fetchall():
             await conn.execute(f"ANALYZE {table}")
         await drain_phase(arm, conn, worker, **phase)
+        if explain:
+            await arm.explain(worker)
     if arm.queue is not None:
         await arm.queue.close()
         arm.queue = None
@@ -436,6 +561,7 @@ async def run_arm(arm: Arm, conn: psycopg.AsyncConnection[Any], jobs: int,
         await asyncio.sleep(0.05)
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     run.counters = list(await (await conn.execute(TABLE_COUNTERS, [arm.schema])).fetchall())
+    run.dropped, run.plan = arm.dropped, arm.plan
     for phase in PHASES:
         run.cpu[phase] /= jobs
         run.wal[phase] /= jobs
@@ -489,6 +615,40 @@ def report(figures: dict[str, list[Run]], options: argparse.Namespace) -> None:
                           f" / {dele / jobs:.2f}"
                           for name, ins, upd, hot, dele in runs[0].counters)
         print(f"- {arm}: {cells}")
+    parts_report(figures, options)
+
+
+def entries(run: Run, phase: str) -> int:
+    return sum(n for key, n in run.writes[phase].items() if key.endswith(" entry"))
+
+
+def parts_report(figures: dict[str, list[Run]], options: argparse.Namespace) -> None:
+    """The parts arms beside pgbaton: the claim's CPU (every round), the completion's,
+    the claim's WAL and the index entries each phase wrote (first round)."""
+    arms = [arm for arm in figures if arm == "pgbaton" or arm in PARTS]
+    if not any(arm in PARTS for arm in arms):
+        return
+    jobs = options.jobs
+    print(f"\nThe claim's parts, per job (median of {options.rounds} rounds; claim CPU of "
+          "every round in brackets)\n")
+    print("| arm | claim CPU µs | complete CPU µs | claim WAL B | index entries enq / "
+          "claim / complete |")
+    print("|---|--:|--:|--:|---|")
+    for arm in arms:
+        runs = figures[arm]
+        claim = [r.cpu["claim"] for r in runs]
+        counts = " / ".join(f"{entries(runs[0], phase) / jobs:.2f}"
+                            for phase in PHASES) if options.waldir else "-"
+        print(f"| {arm} | {median(claim):.1f} ({', '.join(f'{c:.1f}' for c in claim)}) "
+              f"| {median([r.cpu['complete'] for r in runs]):.1f} "
+              f"| {median([r.wal['claim'] for r in runs]):.0f} | {counts} |")
+    for arm in arms:
+        run = figures[arm][0]
+        if run.dropped:
+            print(f"\n{arm}: dropped {', '.join(run.dropped)}")
+        if run.plan:
+            print(f"\n{arm}: the claim's plan (auto_explain, first round)\n")
+            print("\n".join(f"    {line}" for line in run.plan))
 
 
 async def main_async(options: argparse.Namespace) -> None:
@@ -501,8 +661,10 @@ async def main_async(options: argparse.Namespace) -> None:
             for name in order:
                 arm = Arm(name, options.dsn)
                 try:
-                    figures[name].append(await run_arm(arm, conn, options.jobs,
-                                                       options.waldir))
+                    figures[name].append(await run_arm(
+                        arm, conn, options.jobs, options.waldir,
+                        explain=number == 0 and arm.claim_kind == "pgbaton"
+                        and any(part in arms for part in PARTS)))
                 finally:
                     await arm.drop(conn)
             print(f"round {number + 1} of {options.rounds} done: {', '.join(order)}",
