@@ -146,7 +146,7 @@ def test_changed_index_and_constraint_fail_schema_objects(queue, db, dsn, schema
     statements that restore them, the third is listed and not judged."""
     db.execute("DROP INDEX jobs_finished")
     db.execute("CREATE INDEX jobs_finished ON jobs (created_at)")
-    db.execute("ALTER TABLE jobs DROP CONSTRAINT jobs_args_is_object")
+    db.execute("ALTER TABLE jobs DROP CONSTRAINT jobs_attempts_in_range")
     db.execute("CREATE INDEX jobs_by_task ON jobs (task)")
 
     status, report, stderr = run_doctor(dsn, schema)
@@ -155,7 +155,7 @@ def test_changed_index_and_constraint_fail_schema_objects(queue, db, dsn, schema
     objects = finding(report, "schema_objects")
     assert objects["status"] == "fail"
     assert objects["data"]["problems"] == [
-        "index jobs_finished differs", "constraint jobs_args_is_object is missing",
+        "index jobs_finished differs", "constraint jobs_attempts_in_range is missing",
     ]
     assert objects["data"]["other_indexes"] == ["jobs_by_task"]
     assert "index jobs_finished: USING btree (created_at); expected USING btree " \
