@@ -326,11 +326,14 @@ class Database:
             return {"prepare_threshold": None}
         # Every statement here has one good plan whatever its values
         # (tests/engine/test_claim_index.py checks the claim's), so plan each once
-        # per connection instead of at every call: prepared at its first run, as
+        # per connection instead of at every call: prepared at its second run, where
         # psycopg's default runs a statement five times unprepared, each planned anew
-        # (the claim's plan takes milliseconds; docs/explanation/claim-table.md).
+        # (the claim's plan takes milliseconds; docs/explanation/claim-table.md). Not
+        # at its first: psycopg prepares before it runs, and a statement that fails
+        # there (one that has never succeeded on the connection: a JobNotFound every
+        # call) would leave a prepared statement on the server at each call.
         return {
-            "prepare_threshold": 0,
+            "prepare_threshold": 1,
             "options": merge_options(self.dsn, "-c plan_cache_mode=force_generic_plan"),
         }
 

@@ -75,15 +75,6 @@ CATALOG: dict[str, str] = {
         -- Overloads (job_claim_flow's five and six arguments) share a name: the
         -- arguments order them, or the two lists may differ by chance.
         ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)""",
-    # A domain's checks (job_args, migration 26), whose constraints have no table. The
-    # expression alone: a check added to a domain with rows in place is NOT VALID.
-    "domains": """
-        SELECT t.typname, format_type(t.typbasetype, t.typtypmod) AS base, k.conname,
-               pg_get_expr(k.conbin, 0) AS expression
-        FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-        LEFT JOIN pg_constraint k ON k.contypid = t.oid
-        WHERE n.nspname = %(schema)s AND t.typtype = 'd'
-        ORDER BY t.typname, k.conname""",
     "other_objects": """
         SELECT t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
         WHERE n.nspname = %(schema)s AND t.typtype NOT IN ('c', 'b')

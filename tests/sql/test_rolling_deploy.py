@@ -112,8 +112,11 @@ def test_the_previous_release_keeps_enqueuing_and_working_across_the_migration(
         )
         assert row["ids"][0] is None and row["ids"][1] is not None  # the global index
 
-        # The previous release's worker on the new schema.
-        claims = previous.claim("old-worker", lease=60)
+        # The previous release's worker on the new schema, with the very statement it
+        # prepared before the migration (the same parameter types: an int lease would
+        # prepare another): a change of what a row or a result holds fails it with
+        # "cached plan must not change result type" (migration 26's first form did).
+        claims = previous.claim("old-worker")
         by_task = {c["task"]: c for c in claims}
         assert set(by_task) == {"charge_card", "send_receipt", "bulk"}
         assert len(previous.run("job_heartbeat_many", **previous.held(*claims), lease=60.0)) == len(
