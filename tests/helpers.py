@@ -168,6 +168,30 @@ def auto_explained(conn: psycopg.Connection[Any], *settings: str) -> list[dict[s
     return plans
 
 
+def explained_run(server_dsn: str, schema: str, name: str, params: dict[str, Any],
+                  runs: int = 1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The plans of pgbaton's named statement `name` in `schema` and of the statements
+    nested in it, and its rows, from its last of `runs` runs on one connection, each
+    rolled back."""
+    from psycopg.rows import dict_row
+
+    from pgbaton import _sql
+
+    with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn:
+        plans = auto_explained(conn)
+        query = _sql.queries(schema)[name]
+        rows: list[dict[str, Any]] = []
+        for _ in range(runs):
+            plans.clear()
+            with conn.transaction(force_rollback=True):
+                # Prepared: from the sixth run on, a generic plan may be taken (plpgsql's
+                # own statements take theirs from the sixth call in the session).
+                cursor = conn.execute(query, params, prepare=runs > 1)  # type: ignore[arg-type]
+                rows = cursor.fetchall() if cursor.description else []
+    assert plans, "auto_explain showed no plan"
+    return plans, rows
+
+
 def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A plan's node and every node under it."""
     yield plan

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 import pgbaton
 from pgbaton import _sql
 from pgbaton.job_filter import JobFilter
-from tests.helpers import auto_explained, plan_nodes
+from tests.helpers import explained_run, plan_nodes
 
 FINISHED = 200_000
 RUNNING = 100
@@ -61,18 +61,7 @@ def big(server_dsn: str) -> Iterator[str]:
 
 def _plans(server_dsn: str, schema: str, name: str, params: dict[str, Any],
            runs: int = 1) -> list[dict[str, Any]]:
-    """The plans of a named statement and of the statements nested in it, from its last
-    of `runs` runs on one connection, each rolled back."""
-    with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn:
-        plans = auto_explained(conn)
-        query = _sql.queries(schema)[name]
-        for _ in range(runs):
-            plans.clear()
-            with conn.transaction(force_rollback=True):
-                # Prepared: from the sixth run on, a generic plan may be taken.
-                conn.execute(query, params, prepare=runs > 1)  # type: ignore[arg-type]
-    assert plans, "auto_explain showed no plan"
-    return plans
+    return explained_run(server_dsn, schema, name, params, runs)[0]
 
 
 def _job_scans(plans: list[dict[str, Any]]) -> list[tuple[str, str | None]]:

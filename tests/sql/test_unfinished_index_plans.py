@@ -16,11 +16,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 import pgbaton
-from pgbaton import _sql
-from tests.helpers import auto_explained, plan_nodes
+from tests.helpers import explained_run, plan_nodes
 
 DONE = 300_000
 PENDING = 3_500
@@ -82,23 +80,6 @@ def big(server_dsn: str) -> Iterator[tuple[str, dict[str, int]]]:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')  # type: ignore[arg-type]
 
 
-def _run(server_dsn: str, schema: str, name: str, params: dict[str, Any],
-         runs: int = 1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The plans of a named statement and of the statements nested in it, and its rows,
-    from its last of `runs` runs on one connection, each rolled back."""
-    with psycopg.connect(server_dsn, autocommit=True, row_factory=dict_row) as conn:
-        plans = auto_explained(conn)
-        query = _sql.queries(schema)[name]
-        for _ in range(runs):
-            plans.clear()
-            with conn.transaction(force_rollback=True):
-                # Prepared: from the sixth run on, a generic plan may be taken (plpgsql's
-                # own statements take theirs from the sixth call in the session).
-                rows = conn.execute(query, params, prepare=runs > 1).fetchall()  # type: ignore[arg-type]
-    assert plans, "auto_explain showed no plan"
-    return plans, rows
-
-
 def _job_scans(plans: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     """Every node that reads the jobs table or one of its indexes: (node type, index)."""
     return [
@@ -115,7 +96,7 @@ def test_an_event_by_key_reads_the_keys_unfinished_jobs_by_index(big, server_dsn
     custom plan and in the generic plan of a long-lived connection; it still sends the
     event to all three, in id order, and to none of the key's done jobs."""
     schema, ids = big
-    plans, rows = _run(server_dsn, schema, "job_event_send_by_key",
+    plans, rows = explained_run(server_dsn, schema, "job_event_send_by_key",
                        {"key": KEY, "event": "e", "payload": None}, runs=runs)
     assert rows == [{"ids": sorted(ids.values())}]
     scans = _job_scans(plans)
@@ -131,7 +112,7 @@ def test_an_event_by_key_still_refuses_a_key_with_only_done_jobs(big, server_dsn
     """The key of done jobs alone (k-0 .. k-999 each have some) is refused as before."""
     schema, _ = big
     with pytest.raises(psycopg.errors.NoDataFound, match="no unfinished job has key 'k-3'"):
-        _run(server_dsn, schema, "job_event_send_by_key",
+        explained_run(server_dsn, schema, "job_event_send_by_key",
              {"key": "k-3", "event": "e", "payload": None})
 
 
@@ -140,7 +121,7 @@ def test_the_doctors_queue_lag_reads_only_the_unfinished_jobs_indexes(big, serve
     twin) and the running ones in jobs_held: no Seq Scan over the done rows, and the
     counts are those of the table."""
     schema, _ = big
-    plans, rows = _run(server_dsn, schema, "doctor_queue_lag", {})
+    plans, rows = explained_run(server_dsn, schema, "doctor_queue_lag", {})
     scans = _job_scans(plans)
     assert ("Seq Scan", None) not in scans, scans
     indexes = {index for _, index in scans}
