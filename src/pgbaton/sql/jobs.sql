@@ -253,10 +253,12 @@ WITH candidate AS (
                     SELECT q.name FROM __schema__.queues AS q
                     WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
                        OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-              -- Four probes, one per index, so each costs one index lookup whatever the
-              -- number of running jobs: the key's running job, a job of the key cancelled
-              -- while its handler ran and not yet let go, an older pending job (due or
-              -- not), then an older job waiting for its parents (migration 10).
+              -- Four probes, one per index, so none reads the table whatever the number
+              -- of running jobs: the key's running job, a job of the key cancelled while
+              -- its handler ran and not yet let go, an older pending job (due or not),
+              -- then an older job waiting for its parents (migration 10). The planner
+              -- may read the first two's small indexes whole, once a claim (a hashed
+              -- subplan), while few keyed jobs run, and by key once many do.
               AND (c.key IS NULL OR (
                     NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS running
