@@ -15,40 +15,30 @@ import pgbaton
 CLAIMS = 3
 
 
-def _plans(conn, marker: str) -> list[dict[str, int]]:
-    return conn.execute(
-        "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-        " WHERE statement LIKE %s", (f"%{marker}%",)
-    ).fetchall()
-
-
-def test_the_claim_is_prepared_at_its_second_run(queue, dsn, schema):
-    one = pgbaton.Queue(dsn, schema=schema, pool_size=1)  # every statement on one conn
-    try:
+def _claim_plans(dsn: str, schema: str, **options: object) -> list[dict[str, int]]:
+    """What pg_prepared_statements says of the claim after CLAIMS claims through a Queue
+    of one connection (every statement on it)."""
+    with pgbaton.Queue(dsn, schema=schema, pool_size=1, **options) as one:
         for n in range(CLAIMS):
             one.enqueue("t", {"n": n})
             assert len(one.engine.claim_batch("w", limit=1).claims) == 1
         with one._connection() as conn:
-            # Every run but the first went through the prepared statement and its one
-            # generic plan (generic_plans counts the runs that used it).
-            assert _plans(conn, "The SKIP LOCKED claim") == [
-                {"generic_plans": CLAIMS - 1, "custom_plans": 0}]
-    finally:
-        one.close()
+            return conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%The SKIP LOCKED claim%%'"
+            ).fetchall()
+
+
+def test_the_claim_is_prepared_at_its_second_run(queue, dsn, schema):
+    # Every run but the first went through the prepared statement and its one generic
+    # plan (generic_plans counts the runs that used it).
+    assert _claim_plans(dsn, schema) == [{"generic_plans": CLAIMS - 1, "custom_plans": 0}]
 
 
 def test_a_transaction_pool_still_prepares_nothing(queue, dsn, schema):
     """prepare=False (a transaction pool, where a prepared statement can reach another
     server connection) keeps statements unprepared."""
-    one = pgbaton.Queue(dsn, schema=schema, pool_size=1, prepare=False)
-    try:
-        for n in range(CLAIMS):
-            one.enqueue("t", {"n": n})
-            assert len(one.engine.claim_batch("w", limit=1).claims) == 1
-        with one._connection() as conn:
-            assert _plans(conn, "The SKIP LOCKED claim") == []
-    finally:
-        one.close()
+    assert _claim_plans(dsn, schema, prepare=False) == []
 
 
 def test_a_statement_that_always_fails_leaves_nothing_prepared(queue, dsn, schema):

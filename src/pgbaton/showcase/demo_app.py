@@ -26,10 +26,13 @@ async def _record(context: JobContext, what: str) -> None:
     if _connection is None or _connection.closed:
         _connection = await psycopg.AsyncConnection.connect(app.dsn, autocommit=True)
         await _connection.execute(SQL["demo_effects_session_setup"])
-    await _connection.execute(SQL["demo_effect_record"], {
-        "job_id": context.job_id, "attempt": context.attempt, "worker_pid": os.getpid(),
-        "what": what,
-    })
+    await _connection.execute(SQL["demo_effect_record"], _effect(context, what))
+
+
+def _effect(context: JobContext, what: str) -> dict[str, object]:
+    """demo_effect_record's parameters: what this job's attempt did, in this process."""
+    return {"job_id": context.job_id, "attempt": context.attempt,
+            "worker_pid": os.getpid(), "what": what}
 
 
 @app.task(pass_context=True)
@@ -77,10 +80,7 @@ def _stall_until_someone_else_finishes(context: JobContext, at_most: float) -> N
                 time.sleep(0.2)  # and a moment more, for its completion to commit
                 break
             time.sleep(0.05)
-        conn.execute(SQL["demo_effect_record"], {
-            "job_id": context.job_id, "attempt": context.attempt,
-            "worker_pid": os.getpid(), "what": "woke",
-        })
+        conn.execute(SQL["demo_effect_record"], _effect(context, "woke"))
 
 
 @app.task(max_attempts=3, retry=lambda attempt: 0.05)
