@@ -386,6 +386,44 @@ def encode_job_rows(checked: Mapping[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in checked.items() if k != "rows"}, "jobs": document}
 
 
+# A job's fields that are sent as text, in the order unencodable looks at them.
+_TEXT_FIELDS = ("task", "queue", "key", "idempotency_key", "limit_key", "args")
+
+
+def unencodable(
+    jobs: Iterable[object], error: UnicodeEncodeError
+) -> InvalidArgument | None:
+    """The error for a batch that psycopg could not encode in its connection's client
+    encoding (`error`: LATIN1 has no euro sign, say; SQL_ASCII takes any text, as
+    UTF-8): the first job and field that holds such a character, or None when no
+    job's does. psycopg raises it before the statement is sent, or inside a COPY,
+    which it fails: nothing was written."""
+    for position, job in enumerate(jobs):
+        if not isinstance(job, Mapping):
+            continue
+        for name in _TEXT_FIELDS:
+            value = job.get(name)
+            if name == "args" and value is not None:
+                try:
+                    value = to_json(value, "args")  # as sent; checked already
+                except InvalidArgument:
+                    continue
+            if not isinstance(value, str):
+                continue
+            try:
+                value.encode(error.encoding)
+            except UnicodeEncodeError as found:
+                char = found.object[found.start]
+                what = (f"args for task {job.get('task')!r}" if name == "args"
+                        else f"{name} {_brief(value)}")
+                return InvalidArgument(
+                    f"job {position}: {what} cannot be sent: the connection's client "
+                    f"encoding {error.encoding} has no {char!r} (U+{ord(char):04X}); "
+                    "nothing was written (client_encoding UTF8 carries any text)"
+                )
+    return None
+
+
 def retry_delay(attempts: int, retry_in: float | None) -> float:
     """Seconds before the next attempt: retry_in when given, else the default backoff."""
     if retry_in is None:

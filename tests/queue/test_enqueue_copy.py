@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 import pgbaton
 from pgbaton._copy_rows import COPY_CHUNK_ROWS, CopyRows
@@ -52,18 +53,23 @@ def _jobs(now: dt.datetime) -> list[dict[str, Any]]:
     return jobs
 
 
+def _counted_copies(q: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches `q` (a Queue or an AsyncQueue) writes by COPY."""
+    sizes: list[int] = []
+    write = q._copy_many
+
+    def counted(rows: Any, meta: Any, conn: Any) -> Any:
+        sizes.append(len(rows))
+        return write(rows, meta, conn)  # the async one's coroutine, awaited by the caller
+
+    monkeypatch.setattr(q, "_copy_many", counted)
+    return sizes
+
+
 @pytest.fixture
 def copies(queue: pgbaton.Queue, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the batches the queue wrote by COPY."""
-    sizes: list[int] = []
-    write = queue._copy_many
-
-    def counted(rows: Any, meta: Any, conn: Any) -> list[int]:
-        sizes.append(len(rows))
-        return write(rows, meta, conn)
-
-    monkeypatch.setattr(queue, "_copy_many", counted)
-    return sizes
+    return _counted_copies(queue, monkeypatch)
 
 
 COLUMNS = [
@@ -383,3 +389,152 @@ async def test_the_async_queue_copies_a_large_batch_into_the_callers_transaction
     claims = await aqueue.claim("w", limit=1000)
     assert [c.id for c in claims] == ids[::2]
     assert [c.args for c in claims] == [{"n": n} for n in range(0, 800, 2)]
+
+
+# -- client encodings: the COPY sends what the INSERT sends ------------------------------
+
+
+def _in_encoding(dsn: str, encoding: str) -> str:
+    """`dsn` with every connection's client_encoding set at connect."""
+    return make_conninfo(dsn, options=f"-c client_encoding={encoding}")
+
+
+def _texts_everywhere(count: int = 600) -> list[dict[str, Any]]:
+    """Jobs with awkward text, beyond ASCII included, in every field sent as text."""
+    jobs: list[dict[str, Any]] = []
+    for n in range(count):
+        text = AWKWARD[n % len(AWKWARD)]
+        jobs.append({"task": f"task {text}", "args": {"n": n, "text": text},
+                     "queue": f"queue {text}", "key": f"key {text} {n}",
+                     "limit_key": f"limit {text}"})
+    return jobs
+
+
+STORED = ["queue", "task", "args", "priority", "key", "max_attempts", "limit_key", "status"]
+
+
+def _stored(db: psycopg.Connection[Any], ids: list[int]) -> list[dict[str, Any]]:
+    """The jobs as stored, read back in UTF8, in the order of `ids`."""
+    rows = db.execute(f"SELECT id, {', '.join(STORED)} FROM jobs"  # type: ignore[arg-type]
+                      " WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+    assert [row["id"] for row in rows] == ids
+    return [{name: row[name] for name in STORED} for row in rows]
+
+
+def _as_given(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"priority": 0, "max_attempts": 5, "status": "pending", **job} for job in jobs]
+
+
+@pytest.mark.parametrize("via", ["pool", "conn"])
+def test_a_connection_in_sql_ascii_copies_what_the_insert_writes(
+    queue, dsn, db, via, monkeypatch
+):
+    """A client_encoding of SQL_ASCII (the queue's DSN, or the caller's connection):
+    psycopg sends a str parameter as UTF-8 there, so the INSERT stores text beyond ASCII
+    as given; the COPY sends the same bytes and stores the same rows (it raised a bare
+    UnicodeEncodeError, encoding its text to ASCII)."""
+    ascii_dsn = _in_encoding(dsn, "SQL_ASCII")
+    jobs = _texts_everywhere()
+    with (pgbaton.Queue(ascii_dsn, schema=queue.schema) as theirs,
+          psycopg.connect(ascii_dsn) as conn):
+        assert conn.info.parameter_status("client_encoding") == "SQL_ASCII"
+        copies = _counted_copies(theirs, monkeypatch)
+        options = {"conn": conn} if via == "conn" else {}
+        theirs.copy_min_jobs = len(jobs) + 1
+        inserted = theirs.enqueue_many(jobs, **options)
+        theirs.copy_min_jobs = len(jobs)
+        copied = theirs.enqueue_many(jobs, **options)
+        conn.commit()
+    assert copies == [len(jobs)]
+    assert _stored(db, copied) == _stored(db, inserted) == _as_given(jobs)
+
+
+@pytest.mark.parametrize("via", ["pool", "conn"])
+async def test_an_async_connection_in_sql_ascii_copies_what_the_insert_writes(
+    aqueue, dsn, db, via, monkeypatch
+):
+    """AsyncQueue's COPY under SQL_ASCII, as the sync one's."""
+    ascii_dsn = _in_encoding(dsn, "SQL_ASCII")
+    jobs = _texts_everywhere()
+    async with (pgbaton.AsyncQueue(ascii_dsn, schema=aqueue.schema) as theirs,
+                await psycopg.AsyncConnection.connect(ascii_dsn) as conn):
+        copies = _counted_copies(theirs, monkeypatch)
+        options = {"conn": conn} if via == "conn" else {}
+        theirs.copy_min_jobs = len(jobs) + 1
+        inserted = await theirs.enqueue_many(jobs, **options)
+        theirs.copy_min_jobs = len(jobs)
+        copied = await theirs.enqueue_many(jobs, **options)
+        await conn.commit()
+    assert copies == [len(jobs)]
+    assert _stored(db, copied) == _stored(db, inserted) == _as_given(jobs)
+
+
+# A job's text field holding a character LATIN1 has not, and the error's words for it.
+UNENCODABLE = {
+    "task": ({"task": "5 €"}, "task '5 €'"),
+    "queue": ({"queue": "5 €"}, "queue '5 €'"),
+    "key": ({"key": "5 €"}, "key '5 €'"),
+    "limit_key": ({"limit_key": "5 €"}, "limit_key '5 €'"),
+    "args": ({"args": {"price": "5 €"}}, "args for task 't'"),
+    "idempotency_key": ({"idempotency_key": "5 €"}, "idempotency_key '5 €'"),
+}
+
+
+def _with_bad_job(field: str, count: int = 600) -> list[dict[str, Any]]:
+    jobs: list[dict[str, Any]] = [{"task": "t", "args": {"n": n, "text": "café"}}
+                                  for n in range(count)]
+    jobs[597] = {**jobs[597], **UNENCODABLE[field][0]}
+    return jobs
+
+
+def _refused(field: str) -> str:
+    return (f"^job 597: {UNENCODABLE[field][1]} cannot be sent: the connection's client "
+            "encoding latin-1 has no '€' \\(U\\+20AC\\); nothing was written")
+
+
+@pytest.mark.parametrize("via", ["pool", "conn"])
+@pytest.mark.parametrize("case", [
+    *(("INSERT", field) for field in UNENCODABLE),
+    *(("COPY", field) for field in UNENCODABLE if field != "idempotency_key"),
+], ids="-".join)
+def test_text_the_client_encoding_cannot_carry_is_named_and_nothing_is_written(
+    queue, dsn, via, case, monkeypatch
+):
+    """A client_encoding that lacks a character of some job's text (LATIN1 and the euro
+    sign): the INSERT and the COPY both refuse the batch with InvalidArgument naming
+    the job, the field and the encoding, before anything is written; in the caller's
+    transaction the job enqueued before it stays (both raised a bare
+    UnicodeEncodeError)."""
+    path, field = case
+    latin1_dsn = _in_encoding(dsn, "LATIN1")
+    jobs = _with_bad_job(field)
+    with (pgbaton.Queue(latin1_dsn, schema=queue.schema) as theirs,
+          psycopg.connect(latin1_dsn) as conn):
+        copies = _counted_copies(theirs, monkeypatch)
+        theirs.copy_min_jobs = len(jobs) + (path == "INSERT")
+        options = {"conn": conn} if via == "conn" else {}
+        kept = theirs.enqueue("kept", {"text": "café"}, conn=conn)
+        with pytest.raises(pgbaton.InvalidArgument, match=_refused(field)):
+            theirs.enqueue_many(jobs, **options)
+        conn.commit()  # the caller's transaction is still usable
+    assert copies == ([len(jobs)] if path == "COPY" else [])
+    assert [job.id for job in queue.jobs()] == [kept]
+
+
+@pytest.mark.parametrize("via", ["pool", "conn"])
+@pytest.mark.parametrize("path", ["INSERT", "COPY"])
+async def test_an_async_batch_the_client_encoding_cannot_carry_writes_nothing(
+    aqueue, dsn, via, path
+):
+    """AsyncQueue refuses such a batch as Queue does, by either path."""
+    latin1_dsn = _in_encoding(dsn, "LATIN1")
+    jobs = _with_bad_job("queue")
+    async with (pgbaton.AsyncQueue(latin1_dsn, schema=aqueue.schema) as theirs,
+                await psycopg.AsyncConnection.connect(latin1_dsn) as conn):
+        theirs.copy_min_jobs = len(jobs) + (path == "INSERT")
+        options = {"conn": conn} if via == "conn" else {}
+        kept = await theirs.enqueue("kept", conn=conn)
+        with pytest.raises(pgbaton.InvalidArgument, match=_refused("queue")):
+            await theirs.enqueue_many(jobs, **options)
+        await conn.commit()
+    assert [job.id for job in await aqueue.jobs()] == [kept]

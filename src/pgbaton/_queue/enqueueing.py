@@ -18,7 +18,13 @@ from typing import Any
 import psycopg
 
 from .. import dependencies
-from .._checks import JOB_DEFAULTS, encode_job_rows, job_params, many_job_params
+from .._checks import (
+    JOB_DEFAULTS,
+    encode_job_rows,
+    job_params,
+    many_job_params,
+    unencodable,
+)
 from .._copy_rows import CopyRows, copy_rows, plain_copy_rows
 from .._encoding import to_json
 from ..dependencies import Batch
@@ -206,6 +212,23 @@ class Enqueueing(JobWrites):
         once, when the last of them ends (docs/explanation/dependencies.md)."""
         dependencies.check_batch(batch)
         jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
+        try:
+            return self._enqueue_many(jobs, conn, batch)
+        except UnicodeEncodeError as error:
+            # psycopg encodes the batch's text (the INSERT's parameter, the COPY's
+            # rows) in the connection's client encoding, which may lack a character.
+            refused = unencodable(jobs, error)
+            if refused is None:
+                raise
+            raise refused from None
+
+    def _enqueue_many(
+        self,
+        jobs: Sequence[Mapping[str, Any]],
+        conn: CallerConnection | None,
+        batch: Batch | None,
+    ) -> list[int]:
+        """enqueue_many's checks and writes, by whichever path the batch takes."""
         if batch is None and len(jobs) >= self.copy_min_jobs:
             # The usual large batch, tasks and their args alone, checked a batch at a
             # time; any other, or one with a job at fault, is checked job by job below.

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import psycopg
+from psycopg.adapt import PyFormat
 from psycopg.rows import dict_row
 
 from .. import dependencies
@@ -242,9 +243,14 @@ class AsyncJobWrites(AsyncQueueCore):
         statement = self._sql["job_copy_scheduled" if rows.scheduled else "job_copy"]
         lines = 0
         async with conn.cursor() as cursor, cursor.copy(statement) as copy:
+            # The text in the bytes psycopg sends for a str parameter (the INSERT's):
+            # under SQL_ASCII that is UTF-8, where Copy.write(str) encodes to ASCII.
+            dump = cursor.adapters.get_dumper(str, PyFormat.TEXT)(str, cursor).dump
             for text in rows.text(ids, meta, reserved["now"] if rows.scheduled else None):
                 lines += text.count("\n")  # a field's newline is escaped: one a row
-                await copy.write(text)
+                data = dump(text)
+                assert data is not None  # a dumper's None is a NULL
+                await copy.write(data)
             if lines != len(ids):
                 # Raised inside the COPY, which it fails: nothing is written.
                 raise RuntimeError(f"the COPY text held {lines} rows for {len(ids)} jobs")
