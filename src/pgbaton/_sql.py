@@ -14,6 +14,7 @@ from .limits import MAX_SCHEMA_NAME_LENGTH, RESERVED_SCHEMA_PREFIX
 SCHEMA_PLACEHOLDER = "__schema__"
 CHANNEL_PLACEHOLDER = "__channel__"  # the schema's NOTIFY channel, quoted
 ENDED_CHANNEL_PLACEHOLDER = "__ended_channel__"  # the channel of awaited jobs' ends
+CANCELLED_CHANNEL_PLACEHOLDER = "__cancelled_channel__"  # running jobs cancelled
 _SCHEMA_NAME = re.compile(rf"^[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}$")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # A statement's header, or a fragment's: a piece of SQL several statements share (the
@@ -103,8 +104,10 @@ def queries(schema: str) -> dict[str, str]:
     """Every named statement, bound to one schema."""
     channel = f'"{notify_channel(schema)}"'
     ended = f'"{ended_channel(schema)}"'
+    cancelled = f'"{cancelled_channel(schema)}"'
     return {
         name: _in_schema(body, schema).replace(ENDED_CHANNEL_PLACEHOLDER, ended)
+        .replace(CANCELLED_CHANNEL_PLACEHOLDER, cancelled)
         .replace(CHANNEL_PLACEHOLDER, channel)
         for name, body in _raw_queries().items()
     }
@@ -209,3 +212,12 @@ def ended_channel(schema: str) -> str:
     """The channel on which an awaited job's end is announced, its id the payload (the
     jobs_notify_ended trigger); App.wait listens on it."""
     return schema + ENDED_SUFFIX
+
+
+CANCELLED_SUFFIX = "_cancelled"
+
+
+def cancelled_channel(schema: str) -> str:
+    """The channel on which a running job's cancel is announced, its id the payload
+    (the jobs_notify_cancelled trigger); workers listen on it beside notify_channel."""
+    return schema + CANCELLED_SUFFIX

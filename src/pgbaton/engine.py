@@ -377,6 +377,10 @@ class Engine:
         """LISTEN on conn (autocommit, kept open) for this schema's new jobs."""
         self._db._fetch("channel_listen", None, conn)
 
+    def listen_cancelled(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
+        self._db._fetch("channel_listen_cancelled", None, conn)
+
     def worker_beat(self, presence: Mapping[str, Any]) -> None:
         """Write a worker's row of the workers table (worker_beat: worker_id, host,
         pid, version, queues, concurrency, held); docs/howto/dashboard-metrics-traces.md,

@@ -375,6 +375,10 @@ class AsyncEngine:
         """LISTEN on conn (autocommit, kept open) for this schema's new jobs."""
         await self._db._fetch("channel_listen", None, conn)
 
+    async def listen_cancelled(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
+        await self._db._fetch("channel_listen_cancelled", None, conn)
+
     async def worker_beat(self, presence: Mapping[str, Any]) -> None:
         """Write a worker's row of the workers table (worker_beat: worker_id, host,
         pid, version, queues, concurrency, held); docs/howto/dashboard-metrics-traces.md,

@@ -65,7 +65,8 @@ INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
 INT8_MAX = 2**63 - 1
 
 # Schema names go into SQL text, quoted: plain lower-case identifiers only, short enough
-# that the NOTIFY channel `<schema>_jobs` stays within PostgreSQL's 63-byte names, and
+# that its NOTIFY channels (the longest `<schema>_cancelled`) stay within PostgreSQL's
+# 63-byte names, and
 # not starting with `pg_`, which PostgreSQL reserves for its own schemas.
 MAX_SCHEMA_NAME_LENGTH = 51
 RESERVED_SCHEMA_PREFIX = "pg_"

@@ -12,7 +12,7 @@ from .conftest import csrf_token
 HTML = {"Accept": "text/html"}
 
 
-def test_cancelling_a_running_job_says_its_handler_is_told_at_the_next_heartbeat(
+def test_cancelling_a_running_job_says_its_handler_is_told_at_once(
         client: TestClient, queue: pgbaton.Queue) -> None:
     running = queue.enqueue("t")
     queue.claim("worker-7", limit=1, lease=600)
@@ -26,7 +26,8 @@ def test_cancelling_a_running_job_says_its_handler_is_told_at_the_next_heartbeat
         notice = answer.text.split('id="notice">', 1)[1].split("</p>", 1)[0]
         if job_id == running:
             assert notice == (
-                "The job was cancelled; its handler on worker-7 is told to stop at that "
-                "worker&#39;s next heartbeat, and holds the job&#39;s key until it lets go.")
+                "The job was cancelled; its handler on worker-7 is told to stop at once (at "
+                "that worker&#39;s next heartbeat if it does not listen), and holds the "
+                "job&#39;s key until it lets go.")
         else:
             assert notice == "The job was cancelled."

@@ -35,8 +35,8 @@ def cancel(job_id: int, dsn: str | None, schema: str, embedded: bool) -> None:
     if was is not None and was.status == "running":
         # The row says cancelled now, but the handler runs on until its worker hears.
         click.echo(f"job {job_id} cancelled; its handler on {was.worker_id or 'its worker'} "
-                   "is told to stop at that worker's next heartbeat (a third of its lease) "
-                   "and its result will not be written")
+                   "is told to stop at once (at that worker's next heartbeat, a third of its "
+                   "lease, if it does not listen) and its result will not be written")
         return
     click.echo(f"job {job_id} cancelled")
 

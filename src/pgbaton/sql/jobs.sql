@@ -702,8 +702,8 @@ RETURNING j.id, j.status;
 -- name: job_cancel
 -- A running job keeps its claim token and lease: its handler may still be running, so
 -- its key stays held until the holder releases it or the lease runs out. The holder's
--- heartbeat and completion no longer match (status is not 'running'): it learns at its
--- next heartbeat that it lost the job. A waiting job (docs/explanation/dependencies.md)
+-- heartbeat and completion no longer match (status is not 'running'): the trigger
+-- jobs_notify_cancelled makes it beat at once, and it learns that it lost the job. A waiting job (docs/explanation/dependencies.md)
 -- may be cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A
 -- job that waited for an event waits no more (jobs_waiting_event_only_pending).
 UPDATE __schema__.jobs

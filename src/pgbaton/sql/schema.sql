@@ -1196,6 +1196,26 @@ CREATE TRIGGER jobs_notify_ended_by_delete
     WHEN (OLD.awaited AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
     EXECUTE FUNCTION __schema__.jobs_notify_ended();
 
+-- A running job cancelled (migration 27): by `job_cancel`, `job_cancel_matching`, the SQL
+-- API or the dashboard, every way sets status, so one trigger hears them all. Its id goes
+-- out on `<schema>_cancelled`; the worker that holds the job checks its claim with its
+-- fenced heartbeat and stops the handler now, or a job claimed ahead before it starts,
+-- instead of at its next heartbeat (a third of the lease). A payload proves nothing: the
+-- heartbeat's token decides. The WHEN is false for every other change of status.
+CREATE FUNCTION __schema__.jobs_notify_cancelled() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_cancelled', NEW.id::text);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER jobs_notify_cancelled
+    AFTER UPDATE OF status ON __schema__.jobs
+    FOR EACH ROW
+    WHEN (OLD.status = 'running' AND NEW.status = 'cancelled')
+    EXECUTE FUNCTION __schema__.jobs_notify_cancelled();
+
 -- Each job's own log lines (migration 15, docs/howto/progress-and-logs.md).
 
 -- What a handler logged during one run: one row per run that logged (migration 19; a

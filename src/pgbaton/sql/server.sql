@@ -23,3 +23,8 @@ LISTEN __channel__;
 -- name: channel_listen_ended
 -- LISTEN for the ends of awaited jobs (App.wait): payload the job's id.
 LISTEN __ended_channel__;
+
+-- name: channel_listen_cancelled
+-- LISTEN for running jobs cancelled (the jobs_notify_cancelled trigger): payload the
+-- job's id. The worker that holds it stops it now, not at its next heartbeat.
+LISTEN __cancelled_channel__;

@@ -86,10 +86,11 @@ class JobPages(Board):
         notice = done.notice if done else None
         if done is not None and done.name == "cancel" and _still_held(found):
             # The row says cancelled, but a handler that was running runs on until its
-            # worker's next heartbeat (as `pgbaton cancel` says).
+            # worker hears: at once by notification, or at its next heartbeat when it
+            # does not listen (as `pgbaton cancel` says).
             notice = (f"The job was cancelled; its handler on {found.worker_id or 'its worker'}"
-                      " is told to stop at that worker's next heartbeat, and holds the job's"
-                      " key until it lets go.")
+                      " is told to stop at once (at that worker's next heartbeat if it does"
+                      " not listen), and holds the job's key until it lets go.")
         return self.page(request, "job.html", {
             "job": found, "fields": dataclasses.asdict(found), "same_key": same_key,
             "dependencies": await self.queue.dependencies(job_id),

@@ -96,6 +96,14 @@ class Heartbeat:
             logger.info("heartbeat reached the database again; claiming resumes")
             self._notify("connection.restored", None)
 
+    def beat_now(self) -> None:
+        """Beat at once: a job this worker holds may have been cancelled (a NOTIFY on
+        `<schema>_cancelled`). The beat is fenced by each claim's token, so a claim
+        found gone stops its handler (_lose) and one still held only has its lease
+        extended early: a notification decides nothing by itself."""
+        self._due = self.held.now()
+        self.held.changed.set()
+
     async def extend_one(self, context: JobContext) -> bool:
         """JobContext.heartbeat(): extend this job's lease now."""
         running = self.held.get(context.token)

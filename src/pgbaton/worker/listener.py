@@ -1,4 +1,5 @@
-"""LISTEN for new jobs and wake the worker, reconnecting whenever the connection drops.
+"""LISTEN for new jobs and wake the worker, and for running jobs cancelled and tell it,
+reconnecting whenever the connection drops.
 
 The LISTEN needs a server session of its own: `connect` gives one (the listen DSN when
 the worker's own goes through PgBouncer, worker/sessions.py)."""
@@ -9,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from .._sql import cancelled_channel
 from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from .supervisor import is_transient
@@ -20,19 +22,31 @@ async def listen(
     queue: AsyncQueue,
     queues: list[str] | None,
     wake: Callable[[str], None],
+    *,
     retry_seconds: float = 1.0,
     connect: SessionConnect | None = None,
+    cancelled: Callable[[str | None], None] | None = None,
 ) -> None:
-    """Call wake(reason) on every notification for our queues. Runs until cancelled."""
+    """Call wake(reason) on every notification for our queues, and cancelled(payload) on
+    every running job's cancel (its id, as sent: anyone may NOTIFY, so the worker checks
+    its claims; None after a reconnect, when cancels may have gone to nobody). Runs until
+    cancelled."""
+    cancel_channel = cancelled_channel(queue.schema)
     while True:
         try:
             conn = await (connect() if connect else queue.connect(autocommit=True))
             async with conn:
                 await queue.engine.listen(conn)
+                if cancelled is not None:
+                    await queue.engine.listen_cancelled(conn)
+                    cancelled(None)
                 # Jobs committed while we were not listening sent their NOTIFY to nobody.
                 wake("listen")
                 async for notification in conn.notifies():
-                    if queues is None or notification.payload in queues:
+                    if notification.channel == cancel_channel:
+                        if cancelled is not None:
+                            cancelled(notification.payload)
+                    elif queues is None or notification.payload in queues:
                         wake("notify")
         except Exception as error:
             if not is_transient(error):

@@ -194,7 +194,8 @@ class Worker:
         session_connect = sessions.connector(self.queue, f"pgbaton worker {self.worker_id}")
         if session_connect is not None:  # else polling only (plan_sessions warned)
             start("listener", lambda: listen(
-                self.queue, self.config.queues, self._wake, connect=session_connect))
+                self.queue, self.config.queues, self._wake, connect=session_connect,
+                cancelled=self._cancelled))
             if self.config.maintenance:
                 self.leader = self._make_leader(session_connect)
                 start("leader", self.leader.run)
@@ -287,6 +288,23 @@ class Worker:
     def _wake(self, reason: str) -> None:
         self.stats[f"wakeups_{reason}"] += 1
         self.producer.wake()
+
+    def _cancelled(self, payload: str | None) -> None:
+        """A running job was cancelled (payload: its id, as anyone may send it), or
+        cancels may have gone to nobody (None: the LISTEN connection is new). A job this
+        worker holds, or any after a reconnect: beat now, and the fenced beat stops what
+        is no longer held (docs/explanation/architecture.md, "Cancels delivered")."""
+        if payload is None:
+            if len(self.held):
+                self.heartbeat.beat_now()
+            return
+        try:
+            job_id = int(payload)
+        except ValueError:
+            return  # not a payload of ours: nothing to look for
+        if any(r.claim.id == job_id and not (r.finished or r.lost) for r in self.held):
+            self.stats["cancels_heard"] += 1
+            self.heartbeat.beat_now()
 
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)

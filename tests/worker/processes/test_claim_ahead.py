@@ -84,9 +84,9 @@ def test_a_stopping_worker_hands_back_what_it_has_not_started_without_spending_a
 def test_a_job_cancelled_while_it_waits_for_a_slot_is_stopped_and_let_go(
     start_worker, app_schema, db, queue
 ):
-    """A job claimed ahead is held like a running one: a cancel reaches it at the
-    worker's next heartbeat (every lease / 3), whether it still waits or has started
-    by then, and its handler never finishes."""
+    """A job claimed ahead is held like a running one: a cancel reaches it at once (its
+    notification; else at the worker's next heartbeat, every lease / 3), whether it
+    still waits or has started by then, and its handler never finishes."""
     first = app_under_test.work.enqueue({"seconds": 2.0})
     behind = app_under_test.work.enqueue({"seconds": 30.0})
     worker = start_worker("--concurrency", "1", "--claim-ahead", "1", "--lease", "3",

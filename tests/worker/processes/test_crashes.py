@@ -190,7 +190,7 @@ def test_cancelling_a_running_job_stops_its_handler(start_worker, db, app_schema
         for row in db.execute("SELECT id, finished_at FROM jobs WHERE id = ANY(%s)",
                               ([async_job, sync_job],))
     }
-    # The next heartbeat (a third of the lease) finds the token gone.
+    # The cancel's notification (or else the next heartbeat) finds the token gone.
     wait_until(lambda: effects(db, async_job, "cancelled") != [], 5, "async handler cancelled")
     # The handler is told why: cancelled, not merely lost; and the log says so.
     wait_until(lambda: effects(db, sync_job, "stopped:cancelled") != [], 5,

@@ -17,8 +17,9 @@ NEVER_POLL = ("--poll-interval", "3600")
 
 def wait_for_listener(db, schema: str) -> None:
     """Wait until the worker's LISTEN connection is up (pg_listening_channels is per
-    session, so look for the session whose last statement was the LISTEN)."""
-    channel = schema + "_jobs"
+    session, so look for the session whose last statement was its last LISTEN: after the
+    one on `<schema>_jobs`, the one on `<schema>_cancelled`)."""
+    channel = schema + "_cancelled"
     wait_until(
         lambda: scalar(
             db,

@@ -1,0 +1,153 @@
+"""A running job's cancel reaches its worker at once (the jobs_notify_cancelled trigger,
+migration 27), not at the worker's next heartbeat: with a lease of 60 s that beat is
+20 s away, and each test here waits at most CANCEL_SECONDS. A notification decides
+nothing by itself: the worker checks its claims with its fenced heartbeat, so a forged
+or garbled one stops nothing; and cancels sent while its LISTEN connection was down are
+caught when it comes back (docs/explanation/architecture.md, "Cancels delivered")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+import pgbaton
+from pgbaton._sql import cancelled_channel
+from pgbaton.worker import Worker, WorkerConfig
+
+LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s
+CANCEL_SECONDS = 5.0  # far inside that: only the delivered cancel can be this quick
+DEADLINE_SECONDS = 30.0
+
+
+async def wait_for(condition: Callable[[], Any], what: str,
+                   seconds: float = DEADLINE_SECONDS) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+class Hanging:
+    """A task whose handler runs until it is cancelled, or until let go."""
+
+    def __init__(self, app: pgbaton.App) -> None:
+        self.started = asyncio.Event()
+        self.let_go = asyncio.Event()
+        self.stopped_at: float | None = None
+
+        @app.task(name="hang")
+        async def hang() -> str:
+            self.started.set()
+            try:
+                await asyncio.wait_for(self.let_go.wait(), DEADLINE_SECONDS)
+            except asyncio.CancelledError:
+                self.stopped_at = time.monotonic()
+                raise
+            return "let go"
+
+        self.task = hang
+
+
+def start(app: pgbaton.App, worker_id: str) -> tuple[Worker, asyncio.Task[int]]:
+    worker = Worker(app, WorkerConfig(
+        concurrency=2, lease=LEASE_SECONDS, maintenance=False, poll_interval=0.05,
+        shutdown_grace=1.0, worker_id=worker_id))
+    return worker, asyncio.create_task(worker.run())
+
+
+async def stop(worker: Worker, running: asyncio.Task[int]) -> int:
+    worker.request_stop()
+    return await asyncio.wait_for(running, DEADLINE_SECONDS)
+
+
+def row(db: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
+    return db.execute("SELECT status, claim_token, lease_until FROM jobs WHERE id = %s",
+                      (job_id,)).fetchone()  # type: ignore[return-value]
+
+
+async def test_a_running_handler_is_stopped_by_its_cancel_within_seconds(queue, db, dsn, schema):
+    app = pgbaton.App(dsn, schema=schema)
+    hanging = Hanging(app)
+    job_id = hanging.task.defer()
+    worker, running = start(app, f"cancel-{uuid.uuid4().hex[:8]}")
+    try:
+        await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        cancelled_at = time.monotonic()
+        assert queue.cancel(job_id)
+        await wait_for(lambda: hanging.stopped_at is not None, "the handler to be cancelled",
+                       CANCEL_SECONDS)
+        # Let go of by its worker once its handler stopped: the key and the hold are free.
+        await wait_for(lambda: row(db, job_id)["claim_token"] is None,
+                       "the worker to let go of the cancelled claim", CANCEL_SECONDS)
+        assert worker.stats["cancels_heard"] == 1
+    finally:
+        code = await stop(worker, running)
+    assert hanging.stopped_at is not None and hanging.stopped_at - cancelled_at < CANCEL_SECONDS
+    assert row(db, job_id)["status"] == "cancelled"
+    assert code == 0
+
+
+async def test_a_forged_or_garbled_notification_stops_nothing(queue, db, dsn, schema):
+    app = pgbaton.App(dsn, schema=schema)
+    hanging = Hanging(app)
+    job_id = hanging.task.defer()
+    worker, running = start(app, f"forged-{uuid.uuid4().hex[:8]}")
+    channel = cancelled_channel(schema)
+    try:
+        await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        before = row(db, job_id)["lease_until"]
+        for payload in ("", "abc", "-1", "9" * 40, "1e3", "<script>", "'; DROP TABLE jobs; --",
+                        str(job_id)):
+            db.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+        # The one naming its job makes the worker beat now: the fenced beat finds the
+        # claim still held and only extends its lease, 20 s early.
+        await wait_for(lambda: row(db, job_id)["lease_until"] > before,
+                       "the early, fenced heartbeat", CANCEL_SECONDS)
+        assert worker.stats["cancels_heard"] == 1
+        assert hanging.stopped_at is None and not running.done()
+        hanging.let_go.set()
+        await wait_for(lambda: row(db, job_id)["status"] == "done", "the job to complete")
+    finally:
+        code = await stop(worker, running)
+    assert hanging.stopped_at is None
+    assert code == 0
+
+
+async def test_a_cancel_sent_while_the_listener_was_down_is_caught_when_it_is_back(
+    queue, db, dsn, schema
+):
+    app = pgbaton.App(dsn, schema=schema)
+    hanging = Hanging(app)
+    job_id = hanging.task.defer()
+    worker_id = f"relisten-{uuid.uuid4().hex[:8]}"
+    worker, running = start(app, worker_id)
+    listening = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                 " AND query LIKE '%%LISTEN %%' AND state = 'idle'")
+    name = f"pgbaton worker {worker_id}"
+    try:
+        await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        await wait_for(lambda: db.execute(listening, (name,)).fetchone() is not None,
+                       "the worker's LISTEN session")
+        pid = db.execute(listening, (name,)).fetchone()["pid"]  # type: ignore[index]
+        # The cancel commits in the same transaction that ends the LISTEN session: its
+        # NOTIFY goes out after the session is gone, to nobody of this worker's.
+        with db.transaction():
+            # Waits (up to 5 s) until the session is gone.
+            db.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            db.execute("UPDATE jobs SET status = 'cancelled', finished_at = now()"
+                       " WHERE id = %s AND status = 'running'", (job_id,))
+        cancelled_at = time.monotonic()
+        # The listener reconnects after a second and beats at once for what it holds.
+        await wait_for(lambda: hanging.stopped_at is not None,
+                       "the handler to be cancelled after the LISTEN came back",
+                       CANCEL_SECONDS)
+    finally:
+        code = await stop(worker, running)
+    assert hanging.stopped_at is not None and hanging.stopped_at - cancelled_at < CANCEL_SECONDS
+    assert worker.stats["cancels_heard"] == 0  # no notification reached it: the reconnect did
+    assert code == 0
