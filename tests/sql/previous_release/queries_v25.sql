@@ -1,0 +1,1868 @@
+-- The statements of the release whose schema is version 25, kept verbatim for
+-- tests/sql/test_rolling_deploy.py (docs/explanation/guarantees.md, "Rolling deploys").
+-- That release's producers and workers (the leader's chores included) run these,
+-- prepared, while `pgbaton migrate` applies the migrations after 25 under them; every
+-- one must keep working on the newest schema, on connections opened before the
+-- migration and on the statements they had prepared.
+--
+-- Copied from commit 21f17f431dc56a67955404a678fcc61755e35583, the parent of f557508,
+-- which added migration 26: the query files a Queue and a Worker read, each whole below
+-- its `-- file:` line, by
+--   for f in server jobs queues leader dependencies history args schedules workers steps
+--   do echo; echo "-- file: src/pgbaton/sql/$f.sql"; echo
+--      git show 21f17f4:src/pgbaton/sql/$f.sql; done
+-- Left out: migrate's statements (that release cannot migrate a newer schema) and the
+-- dashboard's, doctor's, lab's, demo's and pgbaton.testing's, which no worker runs.
+-- Never edit what follows: a statement here that fails on the newest schema is a
+-- broken promise, to be fixed in the migration, not here.
+
+-- file: src/pgbaton/sql/server.sql
+
+-- The server and the session: which version answers, is it alive, LISTEN.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
+
+-- name: server_version
+SELECT current_setting('server_version_num')::int AS version_num,
+       current_setting('server_version') AS version;
+
+-- name: server_ping
+-- The cheapest round trip: proves a session (the leader's, or a pooled one) still works.
+SELECT 1 AS alive;
+
+-- name: server_backend
+-- Which server process answers: two client connections answered by one process go
+-- through a transaction pool (pooling.py).
+SELECT pg_backend_pid() AS pid, inet_server_port() AS port;
+
+-- name: channel_listen
+-- LISTEN for new jobs of the schema; the channel name is spliced in (an identifier).
+LISTEN __channel__;
+
+-- name: channel_listen_ended
+-- LISTEN for the ends of awaited jobs (App.wait): payload the job's id.
+LISTEN __ended_channel__;
+
+-- file: src/pgbaton/sql/jobs.sql
+
+-- The jobs table: enqueue, claim, the worker's fenced writes, the reaper, reads,
+-- retention and the operator's actions.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
+
+-- name: job_insert
+-- A job without an idempotency key: a plain insert, the cheapest there is.
+INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta,
+                             limit_key)
+VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+        %(key)s, %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s)
+RETURNING id;
+
+-- name: job_insert_idempotent
+-- A job with an idempotency key: inserted, or the job of the same task that already has
+-- the key. ON CONFLICT names no index so that it also skips a conflict in the previous
+-- release's global index, which the key of another task's job may hit: then no row
+-- comes back, and the caller finds and names that job (docs/explanation/guarantees.md).
+WITH inserted AS (
+    INSERT INTO __schema__.jobs
+        (queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
+         limit_key)
+    VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s::float8)),
+            %(key)s, %(idempotency_key)s, %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT id, true AS created FROM inserted
+UNION ALL
+SELECT id, false AS created FROM __schema__.jobs
+WHERE task = %(task)s AND idempotency_key = %(idempotency_key)s
+  AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: job_insert_unique
+-- A unique job (docs/howto/unique.md): inserted unless a job of its unique key is in one
+-- of its blocking states (jobs_unique_key). The key is the caller's digest of the task,
+-- the chosen args and the queue, with the number of the run_at's window of `period`
+-- seconds counted from the epoch (numeric: a float's rounding would move the edges).
+-- "replace" and "debounce" first update the key's pending job, which stays locked until
+-- the transaction ends; a job in another state is never locked (its worker's writes
+-- must not wait for a caller). The insert runs only when nothing was updated, and its
+-- ON CONFLICT waits for a racing enqueue of the key to commit or roll back. No row back:
+-- the job that blocked was committed after this statement's snapshot; the caller runs
+-- it again, and the next snapshot sees that job.
+WITH new AS (
+    SELECT due.run_at,
+           sha256(convert_to(%(unique_base)s || coalesce(
+               ':' || floor(extract(epoch FROM due.run_at)
+                            / %(unique_period)s::numeric)::text, ''), 'UTF8')) AS unique_key
+    FROM (SELECT CASE WHEN %(conflict)s = 'debounce'
+                      THEN now() + make_interval(secs => %(unique_delay)s::float8)
+                      ELSE coalesce(%(run_at)s::timestamptz,
+                                    now() + make_interval(secs => %(delay)s::float8))
+                 END AS run_at) AS due
+),
+changed AS (
+    UPDATE __schema__.jobs AS j
+    SET args = %(args)s::jsonb, priority = %(priority)s, run_at = new.run_at
+    FROM new
+    WHERE %(conflict)s <> 'keep'
+      AND j.unique_key = new.unique_key AND j.status = 'pending'
+      AND j.unique_key IS NOT NULL AND j.status = ANY (j.unique_states)  -- the index's
+    RETURNING j.id, j.status
+),
+inserted AS (
+    INSERT INTO __schema__.jobs (queue, task, args, priority, run_at, key, max_attempts, meta,
+                                 limit_key, unique_key, unique_states)
+    SELECT %(queue)s, %(task)s, %(args)s::jsonb, %(priority)s, new.run_at, %(key)s,
+           %(max_attempts)s, %(meta)s::jsonb, %(limit_key)s, new.unique_key,
+           %(unique_states)s::text[]
+    FROM new
+    WHERE NOT EXISTS (SELECT 1 FROM changed)
+    ON CONFLICT DO NOTHING
+    RETURNING id, status
+)
+SELECT id, status, 'created' AS outcome FROM inserted
+UNION ALL
+SELECT id, status, CASE %(conflict)s WHEN 'debounce' THEN 'debounced' ELSE 'replaced' END
+FROM changed
+UNION ALL
+SELECT j.id, j.status, 'kept'
+FROM __schema__.jobs AS j, new
+WHERE j.unique_key = new.unique_key
+  AND j.unique_key IS NOT NULL AND j.status = ANY (j.unique_states)  -- the index's
+  AND NOT EXISTS (SELECT 1 FROM inserted) AND NOT EXISTS (SELECT 1 FROM changed);
+
+-- name: job_insert_many
+-- The jobs arrive as one JSON array (cheaper to send than an array per column), each
+-- job with only the fields that differ from enqueue()'s defaults, which the coalesces
+-- below restore (_base.JOB_DEFAULTS is the same list). Ids are drawn before the insert
+-- so that each can be matched to its input position. `meta` is one for the whole batch
+-- (the trace context of the span around it), sent once rather than in every job.
+WITH input AS (
+    SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
+    FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
+            queue text, task text, args jsonb, priority int, run_at timestamptz,
+            delay float8, key text, idempotency_key text, max_attempts int,
+            limit_key text))
+         WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
+                              idempotency_key, max_attempts, limit_key, position)
+),
+inserted AS (
+    INSERT INTO __schema__.jobs
+        (id, queue, task, args, priority, run_at, key, idempotency_key, max_attempts, meta,
+         limit_key)
+    SELECT id, coalesce(queue, 'default'), task, coalesce(args, '{}'), coalesce(priority, 0),
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           key, idempotency_key, coalesce(max_attempts, 5), %(meta)s::jsonb, limit_key
+    FROM input ORDER BY position
+    ON CONFLICT DO NOTHING  -- as in job_insert_idempotent
+    RETURNING id
+)
+-- One row of two arrays in input order, cheaper to read than a row per job: the new
+-- ids (NULL where the idempotency key was taken already), the tasks and the keys.
+SELECT array_agg(inserted.id ORDER BY input.position) AS ids,
+       array_agg(coalesce(input.task, '') ORDER BY input.position) AS tasks,
+       array_agg(input.idempotency_key ORDER BY input.position) AS idempotency_keys
+FROM input LEFT JOIN inserted ON inserted.id = input.id;
+
+-- name: job_ids_reserve
+-- The ids of a batch written by COPY (enqueue_many's large batches), drawn first so that
+-- they come back in input order, lowest first, and the transaction's now(): what
+-- job_insert_many's coalesce gives a job with a delay, computed the same way by the
+-- client. `ids` is NULL when they run from `first` without a gap (no other session drew
+-- from the sequence meanwhile, the usual case): the client counts them from there, and
+-- the array is not sent and read.
+SELECT min(id) AS first,
+       CASE WHEN max(id) - min(id) + 1 = count(*) THEN NULL
+            ELSE array_agg(id ORDER BY id) END AS ids,
+       now() AS now
+FROM (SELECT nextval('__schema__.jobs_id_seq') AS id
+      FROM generate_series(1, %(count)s)) AS reserved;
+
+-- name: job_copy
+-- A large batch in which every job is due at once: the column defaults give run_at and
+-- created_at the transaction's now(), as job_insert_many does. COPY fires the insert
+-- triggers as an INSERT does, so jobs_notify_inserted wakes the workers at commit.
+-- The columns a row's fields come in (_copy_rows.py): those the client fills in at the
+-- write (the reserved id, the enqueue hook's meta) first, then the job's own.
+COPY __schema__.jobs (id, meta, queue, task, args, priority, key, max_attempts, limit_key)
+FROM STDIN;
+
+-- name: job_copy_scheduled
+-- As job_copy, for a batch in which some job has a run_at or a delay: each row carries
+-- its run_at (the reserved now() where the job gave none).
+COPY __schema__.jobs
+    (id, meta, run_at, queue, task, args, priority, key, max_attempts, limit_key)
+FROM STDIN;
+
+-- name: job_ids_written
+-- After a COPY batch lost its connection: how many of its reserved ids were written, or
+-- NULL while the backend that ran it has not ended (its commit may still come).
+SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %(pid)s) THEN NULL
+            ELSE (SELECT count(*) FROM __schema__.jobs WHERE id = ANY(%(ids)s::bigint[]))
+       END AS written;
+
+-- name: job_ids_by_task_idempotency_key
+SELECT j.task, j.idempotency_key, j.id
+FROM unnest(%(tasks)s::text[], %(keys)s::text[]) AS wanted(task, idempotency_key)
+JOIN __schema__.jobs AS j
+  ON j.task = wanted.task AND j.idempotency_key = wanted.idempotency_key
+WHERE j.idempotency_key IS NOT NULL;  -- jobs_task_idempotency_key_unique's predicate
+
+-- name: job_idempotency_key_holder
+-- Which job of another task holds a key in the previous release's global index.
+SELECT id, task FROM __schema__.jobs
+WHERE idempotency_key = %(idempotency_key)s AND idempotency_key IS NOT NULL
+ORDER BY id
+LIMIT 1;
+
+-- name: job_claim_many
+-- The SKIP LOCKED claim: one statement, its own transaction. SKIP LOCKED passes over rows
+-- that another claim holds, so claims neither collide nor wait. A keyed job is a
+-- candidate only while no other job of its key runs, none cancelled (or retried since)
+-- is still held by its old handler, and none older is pending or waiting for its
+-- parents (docs/explanation/guarantees.md, "Per-key order"). With tasks given, only
+-- jobs of those tasks are candidates (a worker claims what it can run): jobs of other
+-- tasks at the head of the index are stepped over, one index entry each.
+-- Two arms, of which the CASE runs one: without queues, the head of jobs_claimable (the
+-- `every` arm); with queues, the head of each named queue in jobs_queue_claimable,
+-- merged in claim order (the `named` arm). The named arm can never read jobs_claimable,
+-- whatever the plan: a generic plan, which a worker's connection ends on, does not know
+-- how much of the table the named queues hold, and jobs_claimable filtered by queue
+-- walks every other queue's older and higher-priority jobs before the first of them.
+-- So its queue test is a range of one name, ordered by queue first, which only
+-- jobs_queue_claimable hands over in order (an equality would make that order
+-- redundant, and the index choice the statistics'). Each named queue locks up to the
+-- limit and the best of them are claimed; the rest are let go at the commit.
+-- The mark (`after`, JSON: {"every": [priority, run_at, id], "queues": {name: [...]}}) is
+-- the last job this worker claimed from that head; NULL (as a rule) reads from the head.
+-- Claimed jobs leave their entries at the head of the index until a VACUUM removes
+-- them, and while some session holds an old snapshot (a held xmin) none can, nor can a
+-- scan mark them dead: every claim from the head reads every one, a heap fetch each.
+-- When that makes a claim from the head slow (claim_marks.py), a claim reads its
+-- priority from the mark on (the btree descends straight past the dead head), after the
+-- higher priorities from their head and before the lower ones; each part is read only
+-- as far as the LIMIT needs, so no row is locked that is not claimed. What became
+-- pending behind the mark (a reaped job, a dependency's child, the next job of a key
+-- that was busy) waits for the next claim from the head: a second away, or ten times
+-- that claim's length when it is longer, at most 30 s (docs/explanation/scaling.md, "A
+-- held xmin"). The candidates travel as one array, joined with id = ANY(...): the plan
+-- is then the same whatever the LIMIT (the head of an index, then the primary key), so
+-- the worker's connections keep one generic plan instead of planning every claim.
+-- The claim's commit does not wait for the disk (synchronous_commit off for this one
+-- transaction): a claim lost in a server crash leaves the job as it was, which is what
+-- an expired lease does anyway, and the holder's fenced completion then returns False.
+-- The outer SELECT hands the batch back in claim order.
+-- `starting`: how many of the batch start at once (the worker's free slots); only they
+-- get started_at, the first in claim order. The others wait in the worker (claimed
+-- ahead) until job_start_many starts them: a running job with no started_at never ran
+-- its handler, and job_reap gives its attempt back. A job claimed ahead counts a hold
+-- (holds + 1), which its start or its release (or the let-go of a cancel) takes back
+-- once: what stays counted are the holds its workers died in, until an operator's retry
+-- counts afresh. A job held 3 times so is started at its claim, wherever it
+-- stands in the batch, so a job that kills its worker before it starts spends its
+-- attempts instead of coming back for ever (docs/explanation/architecture.md, "Claiming
+-- ahead sized by the worker").
+WITH candidate AS (
+    SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
+        SELECT array_agg(every.id)
+        FROM (
+            SELECT c.id
+            FROM (SELECT %(after)s::jsonb -> 'every' AS m) AS mark
+            -- Past the mark (see above): its priority's jobs after it, then the lower
+            -- priorities; the higher ones first, from their head. No mark: the whole index.
+            CROSS JOIN LATERAL (VALUES
+                ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
+                 0::bigint),
+                ((mark.m ->> 0)::bigint, (mark.m ->> 0)::bigint, (mark.m ->> 1)::timestamptz,
+                 (mark.m ->> 2)::bigint),
+                (-2147483648::bigint, coalesce((mark.m ->> 0)::bigint - 1, 2147483647),
+                 '-infinity'::timestamptz, 0::bigint)
+            ) AS part(low, high, after_run_at, after_id)
+            CROSS JOIN LATERAL (
+            SELECT c.id
+            FROM __schema__.jobs AS c
+            WHERE c.status = 'pending'
+              AND c.run_at <= now()
+              AND c.priority >= part.low AND c.priority <= part.high
+              AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
+              AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+              -- Paused and limited queues are job_claim_flow's
+              -- (docs/explanation/flow_control.md): one read of the small queues table
+              -- per claim, hashed, then a probe per row. NOT IN on purpose: the planner
+              -- prices a subquery's filter at one half, where `queue <> ALL(array)`
+              -- would be priced by the queue column's statistics, near zero when one
+              -- queue has all the jobs: a claim that seems to read the whole index (and
+              -- gets JIT-compiled, 60 ms).
+              AND c.queue NOT IN (
+                    SELECT q.name FROM __schema__.queues AS q
+                    WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                       OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+              -- Four probes, one per index, so each costs one index lookup whatever the
+              -- number of running jobs: the key's running job, a job of the key cancelled
+              -- while its handler ran and not yet let go, an older pending job (due or
+              -- not), then an older job waiting for its parents (migration 10).
+              AND (c.key IS NULL OR (
+                    NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS running
+                        WHERE running.key = c.key AND running.status = 'running'
+                          AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS held
+                        WHERE held.key = c.key AND held.lease_until > now()
+                          -- jobs_key_held_after_cancel's predicate
+                          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                          AND held.status IN ('cancelled', 'pending'))
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS older
+                        WHERE older.key = c.key AND older.status = 'pending'
+                          AND older.id < c.id)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM __schema__.jobs AS parked
+                        WHERE parked.key = c.key AND parked.status = 'waiting'
+                          AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+                          AND parked.id < c.id)))
+            ORDER BY c.priority DESC, c.run_at, c.id
+            LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED
+            ) AS c
+            WHERE part.low IS NOT NULL  -- no mark: one part, the whole index
+            LIMIT %(limit)s
+        ) AS every)
+    ELSE (
+        SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.run_at, picked.id)
+        FROM (
+            SELECT named.id, named.priority, named.run_at
+            FROM (SELECT DISTINCT u.name FROM unnest((SELECT %(queues)s::text[])) AS u(name)
+                  WHERE u.name NOT IN (  -- as above, once per named queue
+                        SELECT q.name FROM __schema__.queues AS q
+                        WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+                           OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
+                 ) AS wanted
+            CROSS JOIN LATERAL (
+              SELECT c.id, c.priority, c.run_at
+              FROM (SELECT %(after)s::jsonb -> 'queues' -> wanted.name AS m) AS mark
+              CROSS JOIN LATERAL (VALUES  -- as in the `every` arm, with the queue's mark
+                  ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
+                   0::bigint),
+                  ((mark.m ->> 0)::bigint, (mark.m ->> 0)::bigint, (mark.m ->> 1)::timestamptz,
+                   (mark.m ->> 2)::bigint),
+                  (-2147483648::bigint, coalesce((mark.m ->> 0)::bigint - 1, 2147483647),
+                   '-infinity'::timestamptz, 0::bigint)
+              ) AS part(low, high, after_run_at, after_id)
+              CROSS JOIN LATERAL (
+                SELECT c.id, c.priority, c.run_at
+                FROM __schema__.jobs AS c
+                -- The range of one queue name, and jobs_queue_claimable's predicate.
+                WHERE c.queue >= wanted.name AND c.queue <= wanted.name AND c.queue <> ''
+                  AND c.status = 'pending'
+                  AND c.run_at <= now()
+                  AND c.priority >= part.low AND c.priority <= part.high
+                  AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
+                  AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
+                  AND (c.key IS NULL OR (
+                        NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS running
+                            WHERE running.key = c.key AND running.status = 'running'
+                              -- jobs_one_running_per_key's predicate
+                              AND running.key IS NOT NULL)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS held
+                            WHERE held.key = c.key AND held.lease_until > now()
+                              -- jobs_key_held_after_cancel's predicate
+                              AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+                              AND held.status IN ('cancelled', 'pending'))
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS older
+                            WHERE older.key = c.key AND older.status = 'pending'
+                              AND older.id < c.id)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM __schema__.jobs AS parked
+                            WHERE parked.key = c.key AND parked.status = 'waiting'
+                              AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+                              AND parked.id < c.id)))
+                ORDER BY c.queue, c.priority DESC, c.run_at, c.id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+              ) AS c
+              WHERE part.low IS NOT NULL
+              LIMIT %(limit)s
+            ) AS named
+            ORDER BY named.priority DESC, named.run_at, named.id
+            LIMIT %(limit)s
+        ) AS picked)
+    END AS ids
+),
+claimed AS (
+    UPDATE __schema__.jobs AS j
+    SET status      = 'running',
+        claim_token = gen_random_uuid(),
+        lease_until = now() + make_interval(secs => %(lease)s::float8),
+        attempts    = j.attempts + 1,
+        worker_id   = %(worker_id)s,
+        waiting_event = NULL,  -- woken: no longer waiting (jobs_waiting_event_only_pending)
+        -- The candidates' array is in claim order. Most claims start all they take:
+        -- the first test spares them the search.
+        started_at  = CASE WHEN %(starting)s::integer >= %(limit)s::integer
+                             OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
+                             OR j.holds >= 3
+                           THEN now() END,
+        holds       = j.holds + CASE WHEN %(starting)s::integer >= %(limit)s::integer
+                                       OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
+                                       OR j.holds >= 3
+                                     THEN 0 ELSE 1 END
+    FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+    WHERE j.id = ANY(candidate.ids)
+    RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
+              j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
+              j.meta, j.started_at IS NOT NULL AS started
+)
+SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
+
+-- name: job_claim_flow
+-- The claim when some queue is paused or limited (docs/explanation/flow_control.md):
+-- the function job_claim_flow in schema.sql locks the limited queues' rows, counts what
+-- they hold and started after the lock, and claims queue by queue from
+-- jobs_queue_claimable. It returns the claimed jobs in claim order and, when a
+-- rate-limited queue is full, one more row with no job whose next_slot_at says when its
+-- next start is due. `finished`: the worker's jobs whose handlers ended and whose
+-- outcomes are not written yet, which no longer count against their limits (NULL:
+-- none). `starting` as in job_claim_many. `after`: the marks of this worker's flow
+-- claims, per queue whether or not the claim names queues (the function reads queue by
+-- queue); NULL reads each queue from its head (migration 24).
+SELECT * FROM __schema__.job_claim_flow(
+    %(worker_id)s, %(limit)s, %(lease)s::float8, %(queues)s::text[], %(tasks)s::text[],
+    %(finished)s::uuid[], %(starting)s::integer, %(after)s::jsonb);
+
+-- name: job_age_priority
+-- The leader's aging pass: for each queue whose aging_every has passed since its last
+-- pass, the jobs due at least that long gain aging_step of priority, up to aging_cap;
+-- at most %(limit)s jobs per queue and pass. The jobs are found queue by queue through
+-- jobs_queue_claimable, skipping rows a claim holds; the claim keeps reading
+-- jobs_claimable, whose order is the (now raised) priority.
+WITH due AS (
+    UPDATE __schema__.queues AS q SET aged_at = now()
+    WHERE q.aging_every IS NOT NULL AND NOT q.paused
+      AND (q.aged_at IS NULL OR q.aged_at <= now() - q.aging_every)
+    RETURNING q.name, q.aging_every, q.aging_step, q.aging_cap
+),
+picked AS (
+    SELECT c.id, due.aging_step, due.aging_cap
+    FROM due
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.queue = due.name AND j.queue <> '' AND j.status = 'pending'
+          AND j.run_at <= now() - due.aging_every AND j.priority < due.aging_cap
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+aged AS (
+    UPDATE __schema__.jobs AS j
+    SET priority = least(j.priority + picked.aging_step, picked.aging_cap)
+    FROM picked
+    WHERE j.id = picked.id AND j.status = 'pending'
+    RETURNING j.id
+)
+SELECT count(*) AS aged FROM aged;
+
+-- name: job_heartbeat_many
+-- The *_many statements return the input positions they changed: two claims of one
+-- job (a stale and a live one) may share an id, never a token. Their arrays travel in
+-- binary (placeholders ending in b): a draining worker sends thousands of elements a
+-- second, and the text format costs a quoting test per element on the client.
+-- They read their ids through a scalar subquery, `(SELECT %(ids)b::bigint[])`, so no
+-- plan knows how many there are: planned for its own values, a statement of fewer
+-- elements than the generic plan's estimate (ten) always looks cheaper, and
+-- PostgreSQL would plan it afresh at every call, which costs as much as running it for
+-- eight jobs (fourteen indexes, most of them partial, looked over each time). Hidden,
+-- the estimate is the same either way and the cached generic plan is used from the
+-- sixth call (tests/sql/test_generic_plans.py).
+-- Like the claim, a heartbeat need not wait for the disk: one lost in a crash only
+-- leaves the lease a little shorter.
+UPDATE __schema__.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[])
+     WITH ORDINALITY AS held(id, token, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.lease_until;
+
+-- name: job_hold_key_many
+-- A job cancelled (or cancelled and retried since) while its sync handler's thread runs
+-- on keeps its key held by its lease (the claim's `held` probe), not by its status: the
+-- worker extends that lease with this statement until the thread returns, then lets
+-- the job go (job_release_many). Fenced by the token: a job another worker claimed
+-- since is left alone. A job retried since (pending) is due when its old handler lets
+-- go or its lease ends (job_retry): its run_at moves with the lease, or a job with no
+-- key, which no key probe holds back, would be claimed beside the thread.
+UPDATE __schema__.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s::float8),
+    run_at      = CASE WHEN j.status = 'pending'
+                       THEN greatest(j.run_at, now() + make_interval(secs => %(lease)s::float8))
+                       ELSE j.run_at END
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[])
+     WITH ORDINALITY AS held(id, token, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status IN ('cancelled', 'pending')
+RETURNING held.position;
+
+-- name: job_claims_lost
+-- Why claims a heartbeat found gone were lost, for the worker's log and the handler's
+-- stop reason: cancelled, taken by another worker once the lease ran out, back to
+-- pending, finished, or deleted (no row). Read only after a loss, never on the drain.
+SELECT held.position, j.status, j.worker_id, j.claim_token = held.token AS same_token
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) WITH ORDINALITY AS held(id, token, position)
+LEFT JOIN __schema__.jobs AS j ON j.id = held.id
+ORDER BY held.position;
+
+-- name: job_start_many
+-- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
+-- worker is about to start at one moment, in one statement, each fenced by its token.
+-- A job cancelled, or taken by another worker after its lease, since its claim is not
+-- changed and must not start. The start takes back the hold its claim counted, once:
+-- only the start that finds started_at unset counts as the job's start. A start sent
+-- again (its first answer lost after the server committed it) and the start a job
+-- its claim started by the holds rule gets at its slot take nothing back (that claim
+-- counted no hold), so the holds counted for workers that died stay.
+-- The lease is left alone: the heartbeat renews every lease the worker holds, waiting
+-- or started, and lease_until is in the lease indexes' keys and predicates, so writing
+-- it would make every start a non-HOT update (a new entry in each index); started_at
+-- and holds are in none, so a start is a HOT update.
+-- Like the claim, a start need not wait for the disk: one lost in a server crash is
+-- lost with its claim's lease, as if the worker had died before the start.
+UPDATE __schema__.jobs AS j
+SET started_at  = now(),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[])
+     WITH ORDINALITY AS held(id, token, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.lease_until;
+
+-- name: job_progress_many
+-- The worker's progress flush (docs/howto/progress-and-logs.md): the latest fraction
+-- and note of each running job whose handler reported since the last flush, at most
+-- one statement a second per worker, each row fenced like the heartbeat. progress_at
+-- is the server's time, comparable with started_at.
+UPDATE __schema__.jobs AS j
+SET progress = held.fraction, progress_note = held.note, progress_at = now()
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(fractions)b::float4[],
+            %(notes)b::text[])
+     WITH ORDINALITY AS held(id, token, fraction, note, position),
+     (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position;
+
+-- name: job_logs_insert_many
+-- The log lines of a batch of runs, one row each, written just before their outcomes
+-- (by the completer; a run that suspends or is released at shutdown, by the executor or
+-- the stopping worker), each fenced by its claim token while the job still runs: the
+-- lines of a lost claim are refused as its outcome is. Each row takes the job's next
+-- run number (a read of its few rows by primary key); a second write of the same run
+-- (its token there already) changes nothing.
+WITH fenced AS (
+    SELECT DISTINCT ON (held.id, held.token) held.*  -- a run named twice: written once
+    FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(attempts)b::int4[],
+                %(lines)b::jsonb[], %(dropped)b::int4[], %(ended)b::text[])
+         WITH ORDINALITY AS held(id, token, attempt, lines, dropped, ended, position)
+    JOIN __schema__.jobs AS j
+      ON j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+    WHERE NOT EXISTS (SELECT 1 FROM __schema__.job_logs AS l
+                      WHERE l.job_id = held.id AND l.token = held.token)
+    ORDER BY held.id, held.token, held.position
+),
+written AS (
+    INSERT INTO __schema__.job_logs (job_id, attempt, lines, dropped, run, token, ended)
+    SELECT id, attempt, lines, dropped,
+           coalesce((SELECT max(l.run) FROM __schema__.job_logs AS l
+                     WHERE l.job_id = fenced.id), 0) + 1,
+           token, ended
+    FROM fenced
+    RETURNING job_id, token
+)
+SELECT fenced.position
+FROM fenced
+JOIN written ON written.job_id = fenced.id AND written.token = fenced.token;
+
+-- name: job_logs_get
+-- A job's log lines, one row per run that kept lines, in the order the runs wrote
+-- them (Queue.logs, `pgbaton show --logs`, the job page).
+SELECT attempt, lines, dropped, created_at, run, ended
+FROM __schema__.job_logs
+WHERE job_id = %(id)s
+ORDER BY run;
+
+-- name: job_complete_many
+UPDATE __schema__.jobs AS j
+SET status      = 'done',
+    claim_token = NULL,
+    lease_until = NULL,
+    result      = held.result,
+    finished_at = now()
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[])
+     WITH ORDINALITY AS held(id, token, result, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position;
+
+-- name: job_fail_many
+-- A NULL retry_in fails the job now, attempts left or not (args its task rejects).
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
+                       THEN 'failed' ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    run_at      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
+                       THEN j.run_at ELSE now() + make_interval(secs => held.retry_in) END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
+                       THEN now() END,
+    errors      = j.errors || jsonb_build_array(held.error
+                      || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
+                                            'at', now())),
+    worker_id   = NULL
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(errors)b::jsonb[],
+            %(retry_in)b::float8[])
+     WITH ORDINALITY AS held(id, token, error, retry_in, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.status;
+
+-- name: job_release_many
+-- A running job goes back to pending with its attempt given back (attempts - 1): a
+-- worker shutting down, a job claimed ahead that never started, and a handler's snooze
+-- (pgbaton.Snooze). A plain release keeps run_at, so the job keeps its place in the
+-- claim order; a snooze moves it (`until`, else now() + `delay`; both NULL: it stays)
+-- and counts itself in `snoozes` (`snooze`). A snooze past `max_snoozes` (NULL: no
+-- limit) ends the job as `failed` instead, with `error` appended: a job that only ever
+-- snoozes must end. A keyed job keeps its id whatever it does here, so it stays its
+-- key's oldest and the later jobs of its key wait for it (docs/howto/per-key-ordering.md).
+-- A job cancelled under its holder (and perhaps retried since) is let go: the holder
+-- says its handler has stopped, so the job's key, and the retried job itself, need not
+-- wait for the lease; one cancelled while it waited in the worker (claimed ahead, never
+-- started) gets back the hold its claim counted, as a release does. Only the running
+-- jobs count as released (the others were lost).
+-- The extra arrays travel as text: they are rare, and mostly NULLs.
+WITH held AS (
+    SELECT * FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(delays)s::float8[],
+                         %(untils)s::timestamptz[], %(snoozes)s::boolean[],
+                         %(max_snoozes)s::integer[], %(errors)s::jsonb[])
+                  WITH ORDINALITY AS held(id, token, delay, until, snooze, max_snoozes,
+                                          error, position)
+),
+let_go AS (
+    UPDATE __schema__.jobs AS j
+    SET claim_token = NULL, lease_until = NULL,
+        run_at = CASE WHEN j.status = 'pending' THEN least(j.run_at, now()) ELSE j.run_at END,
+        holds = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0) ELSE j.holds END
+    FROM held
+    WHERE j.id = held.id AND j.claim_token = held.token
+      AND j.status IN ('cancelled', 'pending')
+)
+-- Each CASE asks first whether the snooze is one too many: NULL there (no limit, or no
+-- snooze) falls through to the release.
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN 'failed'
+                       ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    attempts    = j.attempts - 1,
+    run_at      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.run_at
+                       ELSE coalesce(held.until,
+                                     now() + make_interval(secs => held.delay), j.run_at)
+                  END,
+    snoozes     = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.snoozes
+                       WHEN held.snooze THEN j.snoozes + 1 ELSE j.snoozes END,
+    finished_at = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN now() END,
+    errors      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes
+                       THEN j.errors || jsonb_build_array(held.error || jsonb_build_object(
+                           'attempt', j.attempts - 1, 'worker_id', j.worker_id, 'at', now()))
+                       ELSE j.errors END,
+    worker_id   = NULL,
+    started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.started_at
+                  END,
+    -- A job released before it started was held ahead by a worker that lived to hand
+    -- it back: the hold its claim counted is taken back (job_claim_many).
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
+FROM held
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position, j.status;
+
+-- name: job_end_many
+-- A handler ends its job at once, whatever attempts are left: `failed` (raise
+-- pgbaton.Discard, or an error its task does not retry) or `cancelled` (raise
+-- pgbaton.Cancel). The error, or the reason, is appended to errors. Fenced as every
+-- worker write: a worker that lost the claim changes nothing.
+UPDATE __schema__.jobs AS j
+SET status      = held.status,
+    claim_token = NULL,
+    lease_until = NULL,
+    finished_at = now(),
+    errors      = j.errors || jsonb_build_array(held.error
+                      || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
+                                            'at', now())),
+    worker_id   = NULL
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)s::text[], %(errors)s::jsonb[])
+     WITH ORDINALITY AS held(id, token, status, error, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+  AND held.status IN ('failed', 'cancelled')
+RETURNING held.position, j.status;
+
+-- name: job_reap
+-- The reaper. Clearing the token is what fences the stalled holder out.
+-- run_at stays, so the job keeps its place in the claim order. Cancelled (or retried)
+-- jobs whose old holder's lease has passed are let go on the way: their key is free
+-- already, and they leave the lease and key indexes.
+-- A job with no started_at was claimed ahead and never started (job_start_many sets it
+-- before the handler runs): it goes back to pending with its attempt given back, and
+-- the record says so. A job whose handler kills its worker has started, so it spends
+-- its attempts and cannot come back for ever.
+WITH expired_holds AS (
+    UPDATE __schema__.jobs
+    SET claim_token = NULL, lease_until = NULL
+    WHERE status <> 'running' AND lease_until < now()
+)
+UPDATE __schema__.jobs AS j
+SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.started_at IS NOT NULL
+                       THEN 'failed' ELSE 'pending' END,
+    claim_token = NULL,
+    lease_until = NULL,
+    attempts    = CASE WHEN j.started_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts AND j.started_at IS NOT NULL
+                       THEN now() END,
+    errors      = j.errors || jsonb_build_array(jsonb_build_object(
+                      'type', 'LeaseExpired',
+                      'message', CASE WHEN j.started_at IS NULL
+                          THEN 'the worker stopped before the job started (its lease '
+                               'expired while the job waited in the worker): this '
+                               'attempt was not counted'
+                          ELSE 'the lease expired before the worker finished the job' END,
+                      'started', j.started_at IS NOT NULL,
+                      'attempt', j.attempts, 'worker_id', j.worker_id, 'at', now())),
+    worker_id   = NULL
+WHERE j.status = 'running' AND j.lease_until < now()
+RETURNING j.id, j.status;
+
+-- name: job_cancel
+-- A running job keeps its claim token and lease: its handler may still be running, so
+-- its key stays held until the holder releases it or the lease runs out. The holder's
+-- heartbeat and completion no longer match (status is not 'running'): it learns at its
+-- next heartbeat that it lost the job. A waiting job (docs/explanation/dependencies.md)
+-- may be cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A
+-- job that waited for an event waits no more (jobs_waiting_event_only_pending).
+UPDATE __schema__.jobs
+SET status = 'cancelled', finished_at = now(), waiting_event = NULL
+WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
+RETURNING id;
+
+-- name: job_retry
+-- A cancelled job whose handler may still run keeps that holder's token and lease, and
+-- becomes due when the holder lets go (job_release_many) or its lease runs out
+-- (greatest() passes over a NULL lease): the job never runs twice at once. A job with
+-- parents waits again while one of them has not finished (job_retry_status, schema.sql:
+-- it locks them). Its attempts, snoozes and holds start again at 0: the deaths of
+-- workers that held it ahead before (jobs.holds, job_claim_many) count no more, as its
+-- spent attempts do not. The workers of its queue are woken, as job_retry_matching
+-- wakes them, and the job is returned, pending or waiting.
+WITH retried AS (
+    UPDATE __schema__.jobs AS j
+    SET (status, waiting_for) = (SELECT * FROM __schema__.job_retry_status(
+                                     j.id, j.waiting_for IS NOT NULL)),
+        attempts = 0, snoozes = 0, holds = 0,
+        run_at = greatest(now(), lease_until),
+        claim_token = CASE WHEN lease_until > now() THEN claim_token END,
+        lease_until = CASE WHEN lease_until > now() THEN lease_until END,
+        finished_at = NULL, worker_id = NULL
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+    RETURNING id, queue
+)
+SELECT retried.id, pg_notify(%(channel)s, retried.queue) FROM retried;
+
+-- name: job_get
+SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+       idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
+       started_at, finished_at, batch_id, waiting_for, meta,
+       encode(unique_key, 'hex') AS unique_key, unique_states, snoozes, progress,
+       progress_note, progress_at
+FROM __schema__.jobs
+WHERE id = %(id)s;
+
+-- name: job_get_archived
+-- A job that job_get did not find may have been moved to jobs_history (the history
+-- retention mode, docs/explanation/retention.md): read after job_get, never before, so
+-- a job moved between the two is found here (a move is one statement, and jobs never
+-- move back).
+SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+       idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at,
+       started_at, finished_at, batch_id, waiting_for, meta,
+       encode(unique_key, 'hex') AS unique_key, unique_states, snoozes, progress,
+       progress_note, progress_at
+FROM __schema__.jobs_history
+WHERE id = %(id)s
+LIMIT 1;
+
+-- name: job_list
+-- The newest jobs of jobs and of jobs_history (done jobs moved by the history retention
+-- mode) together, each read newest first by its id index. The history is read only
+-- when the filter may hold done jobs (a one-time filter on the parameter), so a list of
+-- failed jobs never walks it. The filter is the job_filter fragment (below), as on the
+-- dashboard's list.
+SELECT listed.* FROM (
+    (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+            idempotency_key, claim_token, lease_until, worker_id, errors, result,
+            created_at, started_at, finished_at, batch_id, waiting_for, progress,
+            progress_note, progress_at
+     FROM __schema__.jobs AS j
+     WHERE __job_filter__
+     ORDER BY id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, queue, task, args, status, priority, run_at, attempts, max_attempts, key,
+            idempotency_key, claim_token, lease_until, worker_id, errors, result,
+            created_at, started_at, finished_at, batch_id, waiting_for, progress,
+            progress_note, progress_at
+     FROM __schema__.jobs_history AS j
+     WHERE (%(status)s::text IS NULL OR %(status)s::text = 'done')
+       AND __job_filter__
+     ORDER BY id DESC
+     LIMIT %(limit)s)
+) AS listed
+ORDER BY listed.id DESC
+LIMIT %(limit)s;
+
+-- name: job_prune
+-- Finished jobs older than the retention go, a bounded batch at a time so that a
+-- large backlog never makes one long transaction.
+DELETE FROM __schema__.jobs
+WHERE id IN (
+    SELECT id FROM __schema__.jobs
+    WHERE status IN ('done', 'failed', 'cancelled')
+      AND finished_at < now() - make_interval(secs => %(retention)s::float8)
+    LIMIT %(limit)s
+)
+RETURNING id;
+
+-- name: jobs_vacuum_state
+-- The leader's vacuum (maintenance/services.py, Vacuumer; docs/explanation/scaling.md,
+-- "The claim's dead head"): the jobs table's dead and live row versions as the
+-- statistics count them, the rows its planner statistics last counted (VACUUM and
+-- ANALYZE set them), and whether this role may VACUUM it, as PostgreSQL decides: a
+-- superuser, the table's owner or the database's (or a role with their privileges), and
+-- from PostgreSQL 17 a role granted MAINTAIN on it. The CASE keeps MAINTAIN away from
+-- older servers, which do not know it.
+SELECT coalesce(s.n_dead_tup, 0) AS dead, coalesce(s.n_live_tup, 0) AS live,
+       c.reltuples AS planned,  -- the rows the planner reckons with; -1: never counted
+       current_user AS role,
+       (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user)
+       OR pg_has_role(c.relowner, 'USAGE')
+       OR pg_has_role((SELECT d.datdba FROM pg_database AS d
+                       WHERE d.datname = current_database()), 'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END AS allowed
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.relname = 'jobs'
+  AND c.relnamespace = (SELECT n.oid FROM pg_namespace AS n WHERE n.nspname = %(schema)s);
+
+-- name: jobs_vacuum
+-- Outside any transaction block (VACUUM refuses one). SKIP_LOCKED: when another VACUUM
+-- (autovacuum's, or an operator's) or DDL holds the table, skip it with a warning
+-- (SQLSTATE 55P03) instead of waiting behind it.
+VACUUM (SKIP_LOCKED) __schema__.jobs;
+
+-- name: job_delete
+-- ==================================================================================
+-- Operator actions: the dashboard's and the command line's (pgbaton.web), one job or
+-- every job of a filter. Each guards, in SQL, the states it may leave, so a job that
+-- moved on between the page and the click is left alone, and a running job keeps its
+-- holder (only cancel takes a running job, keeping its token as a hold as job_cancel
+-- does; delete and run-now leave a held job alone).
+-- The *_matching statements take the job filter (the job_filter fragment below) and
+-- `upto`, the newest id counted when the operator confirmed: jobs that arrive after
+-- the count are never swept in. job_retry and job_cancel above serve one job.
+-- ==================================================================================
+-- Not a job whose old handler may still run (a cancelled or retried job's hold): its key
+-- stays held until that handler lets go or its lease ends.
+DELETE FROM __schema__.jobs
+WHERE id = %(id)s AND status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
+  AND (claim_token IS NULL OR lease_until <= now())
+RETURNING id;
+
+-- name: job_delete_archived
+-- A done job moved to jobs_history (docs/explanation/retention.md), deleted by an
+-- operator (its args may be what must go) before its partition is dropped; tried after
+-- job_delete. Its log lines (job_logs) go with it.
+WITH deleted AS (
+    DELETE FROM __schema__.jobs_history WHERE id = %(id)s RETURNING id
+),
+logs AS (
+    DELETE FROM __schema__.job_logs AS l USING deleted WHERE l.job_id = deleted.id
+)
+SELECT id FROM deleted;
+
+-- name: job_run_now
+-- A scheduled job becomes due now, and the workers of its queue are woken.
+WITH moved AS (
+    UPDATE __schema__.jobs
+    SET run_at = now()
+    WHERE id = %(id)s AND status = 'pending' AND run_at > now()
+      AND (claim_token IS NULL OR lease_until <= now())  -- not before a hold ends
+    RETURNING id, queue
+)
+SELECT moved.id, pg_notify(%(channel)s, moved.queue) FROM moved;
+
+-- name: job_set_priority
+UPDATE __schema__.jobs
+SET priority = %(priority)s
+WHERE id = %(id)s AND status = 'pending'
+RETURNING id;
+
+-- fragment: job_filter
+-- A pgbaton.JobFilter over the jobs aliased j, written once: the loader (_sql.py) puts
+-- it in place of __job_filter__ in every statement that filters (job_list,
+-- job_count_matching, the *_matching actions, dashboard_job_page), so they all mean the same jobs by the
+-- same filter (tests/test_job_filter.py). A NULL parameter means "any". `since`
+-- and `until` bound the time the job finished, or, for one not finished, the time it
+-- was created; `text` is a case-insensitive substring of its args or its errors.
+-- `ids` is a selection (the dashboard's checked rows).
+-- `status` is a state as shown (models.STATES): pending means due, scheduled a pending
+-- job whose run_at is still ahead; the others are the stored status.
+(%(status)s::text IS NULL
+ OR (j.status = %(status)s AND %(status)s::text NOT IN ('pending', 'scheduled'))
+ OR (j.status = 'pending' AND %(status)s::text = 'pending' AND j.run_at <= now())
+ OR (j.status = 'pending' AND %(status)s::text = 'scheduled' AND j.run_at > now()))
+AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+AND (%(task)s::text IS NULL OR j.task = %(task)s)
+AND (%(key)s::text IS NULL OR j.key = %(key)s)
+AND (%(text)s::text IS NULL
+     OR strpos(lower(j.args::text), lower(%(text)s)) > 0
+     OR strpos(lower(j.errors::text), lower(%(text)s)) > 0)
+AND (%(since)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) >= %(since)s)
+AND (%(until)s::timestamptz IS NULL OR coalesce(j.finished_at, j.created_at) < %(until)s)
+AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+
+-- name: job_count_matching
+-- What a bulk action would change: the jobs of the filter in the action's states, and
+-- the newest of their ids (the action's `upto`).
+SELECT count(*) AS count, max(j.id) AS upto
+FROM __schema__.jobs AS j
+WHERE j.status = ANY(%(statuses)s::text[])
+      AND __job_filter__;
+
+-- name: job_retry_matching
+WITH retried AS (
+    UPDATE __schema__.jobs AS j
+    -- As job_retry: a held job stays held, and is due when its old handler lets go; a
+    -- job with parents waits again while one of them has not finished; attempts,
+    -- snoozes and holds start again at 0.
+    SET (status, waiting_for) = (SELECT * FROM __schema__.job_retry_status(
+                                     j.id, j.waiting_for IS NOT NULL)),
+        attempts = 0, snoozes = 0, holds = 0,
+        run_at = greatest(now(), j.lease_until),
+        claim_token = CASE WHEN j.lease_until > now() THEN j.claim_token END,
+        lease_until = CASE WHEN j.lease_until > now() THEN j.lease_until END,
+        finished_at = NULL, worker_id = NULL
+    WHERE j.id <= %(upto)s AND j.status IN ('failed', 'cancelled')
+      AND __job_filter__
+    RETURNING j.queue
+),
+woken AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM retried) AS q)
+SELECT (SELECT count(*) FROM retried) AS changed, (SELECT count(*) FROM woken) AS queues;
+
+-- name: job_cancel_matching
+-- As job_cancel: a running job keeps its token and lease as a hold on its key.
+UPDATE __schema__.jobs AS j
+SET status = 'cancelled', finished_at = now(), waiting_event = NULL
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'running', 'waiting')
+  AND __job_filter__
+RETURNING j.id;
+
+-- name: job_delete_matching
+DELETE FROM __schema__.jobs AS j
+WHERE j.id <= %(upto)s AND j.status IN ('pending', 'done', 'failed', 'cancelled', 'waiting')
+  AND (j.claim_token IS NULL OR j.lease_until <= now())
+  AND __job_filter__
+RETURNING j.id;
+
+-- name: job_run_now_matching
+WITH moved AS (
+    UPDATE __schema__.jobs AS j
+    SET run_at = now()
+    WHERE j.id <= %(upto)s AND j.status = 'pending' AND j.run_at > now()
+      AND (j.claim_token IS NULL OR j.lease_until <= now())
+      AND __job_filter__
+    RETURNING j.queue
+),
+woken AS (SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM moved) AS q)
+SELECT (SELECT count(*) FROM moved) AS changed, (SELECT count(*) FROM woken) AS queues;
+
+-- name: job_set_priority_matching
+UPDATE __schema__.jobs AS j
+SET priority = %(priority)s
+WHERE j.id <= %(upto)s AND j.status = 'pending'
+  AND __job_filter__
+RETURNING j.id;
+
+-- name: job_await
+-- A waiter's mark (App.wait): the job's end will send a NOTIFY on `<schema>_ended`
+-- (the jobs_notify_ended trigger). Only an unfinished job is marked; none returned:
+-- the job has ended, or is not in the table (the waiter reads which). The UPDATE waits
+-- for a completion that holds the row, so no end slips between the mark and the read.
+UPDATE __schema__.jobs SET awaited = true
+WHERE id = %(id)s AND status IN ('pending', 'running', 'waiting')
+RETURNING id;
+
+-- name: job_ended_among
+-- The waiters' fallback poll: which of these jobs are no longer unfinished in jobs
+-- (ended, moved to the history, or deleted), in case their NOTIFY was missed.
+SELECT w.id FROM unnest(%(ids)s::bigint[]) AS w(id)
+WHERE NOT EXISTS (SELECT 1 FROM __schema__.jobs AS j
+                  WHERE j.id = w.id AND j.status IN ('pending', 'running', 'waiting'));
+
+-- file: src/pgbaton/sql/queues.sql
+
+-- The queues table: flow control (pause, limits, rates, aging) and per-queue reads.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
+
+-- name: queue_flow_state
+-- What the claim needs to know, cheaply: whether any queue is paused or limited (then
+-- claims go through job_claim_flow), and which are limited (their completions wake the
+-- fleet, since a finished job frees room that another worker may be waiting for), and
+-- which have a rate (the claim logs their jobs' starts, so a worker claims none ahead).
+SELECT count(*) AS controlled,
+       coalesce(array_agg(name ORDER BY name) FILTER (
+           WHERE NOT paused AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
+                                 OR key_concurrency IS NOT NULL
+                                 OR key_rate_limit IS NOT NULL)),
+           '{}') AS limited,
+       coalesce(array_agg(name ORDER BY name) FILTER (
+           WHERE NOT paused AND (rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)),
+           '{}') AS rated
+FROM __schema__.queues
+WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+   OR key_concurrency IS NOT NULL OR key_rate_limit IS NOT NULL;
+
+-- name: queue_notify_freed
+-- Jobs of limited queues finished: wake the workers of those queues (payload: queue).
+SELECT pg_notify(%(channel)s, freed.queue)
+FROM unnest(%(queues)s::text[]) AS freed(queue);
+
+-- name: queue_set_paused
+-- Taking the flow lock alone waits for the flow claims in flight (each holds it shared)
+-- and holds back new ones until this commits: a claim that took a paused queue's job
+-- began before the pause committed, and one that begins after takes none. (A plain
+-- claim dates its jobs at its start, which is before its snapshot.) Resuming wakes the
+-- queue's workers.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    -- The schema's flow lock: two keys, the second its queues table.
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, paused)
+    SELECT %(name)s, %(paused)s FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+    RETURNING q.name, q.paused
+)
+SELECT changed.name, changed.paused,
+       CASE WHEN NOT changed.paused THEN pg_notify(%(channel)s, changed.name) END AS woken
+FROM changed;
+
+-- name: queue_set_limits
+-- Each limit is changed only when its set_* flag is true; NULL removes it. The flow
+-- lock as in queue_set_paused. Wakes the queue's workers, since a raised limit may let
+-- jobs start now.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    -- The schema's flow lock: two keys, the second its queues table.
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, concurrency, rate_limit, rate_period,
+                                        key_concurrency, key_rate_limit, key_rate_period)
+    SELECT %(name)s, %(concurrency)s::integer, %(rate_limit)s::integer,
+           make_interval(secs => %(rate_period)s::float8), %(key_concurrency)s::integer,
+           %(key_rate_limit)s::integer, make_interval(secs => %(key_rate_period)s::float8)
+    FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET
+        concurrency = CASE WHEN %(set_concurrency)s THEN EXCLUDED.concurrency
+                           ELSE q.concurrency END,
+        rate_limit  = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+        rate_period = CASE WHEN %(set_rate)s THEN EXCLUDED.rate_period ELSE q.rate_period END,
+        key_concurrency = CASE WHEN %(set_key_concurrency)s THEN EXCLUDED.key_concurrency
+                               ELSE q.key_concurrency END,
+        key_rate_limit  = CASE WHEN %(set_key_rate)s THEN EXCLUDED.key_rate_limit
+                               ELSE q.key_rate_limit END,
+        key_rate_period = CASE WHEN %(set_key_rate)s THEN EXCLUDED.key_rate_period
+                               ELSE q.key_rate_period END,
+        updated_at  = now()
+    RETURNING q.name
+)
+SELECT changed.name, pg_notify(%(channel)s, changed.name) AS woken FROM changed;
+
+-- name: queue_set_aging
+-- NULLs turn aging off. The flow lock as in queue_set_paused.
+WITH flow_lock AS (SELECT pg_advisory_xact_lock(
+    hashtext('pgbaton.flow'), ('__schema__.queues'::regclass::oid::bigint - 2147483648)::integer)),
+changed AS (
+    INSERT INTO __schema__.queues AS q (name, aging_every, aging_step, aging_cap)
+    SELECT %(name)s, make_interval(secs => %(every)s::float8), %(step)s::integer,
+           %(cap)s::integer
+    FROM flow_lock
+    ON CONFLICT (name) DO UPDATE SET
+        aging_every = EXCLUDED.aging_every, aging_step = EXCLUDED.aging_step,
+        aging_cap = EXCLUDED.aging_cap, aged_at = NULL, updated_at = now()
+    RETURNING q.name
+)
+SELECT name FROM changed;
+
+-- name: queue_settings_list
+-- Every queue that has a setting or a pending or held job, with its settings (none for a
+-- queue without a row) and how many jobs it holds now.
+WITH RECURSIVE pending_queue(name) AS (
+    (SELECT j.queue FROM __schema__.jobs AS j WHERE j.status = 'pending' AND j.queue <> ''
+     ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM __schema__.jobs AS j
+            WHERE j.status = 'pending' AND j.queue <> '' AND j.queue > p.name
+            ORDER BY j.queue LIMIT 1)
+    FROM pending_queue AS p WHERE p.name IS NOT NULL
+),
+named AS (
+    SELECT name FROM pending_queue WHERE name IS NOT NULL
+    UNION
+    SELECT name FROM __schema__.queues
+    UNION
+    SELECT DISTINCT queue FROM __schema__.jobs WHERE lease_until IS NOT NULL AND queue <> ''
+)
+SELECT named.name, coalesce(q.paused, false) AS paused, q.concurrency, q.rate_limit,
+       extract(epoch FROM q.rate_period)::float8 AS rate_period_seconds,
+       extract(epoch FROM q.aging_every)::float8 AS aging_every_seconds, q.aging_step,
+       q.aging_cap, q.key_concurrency, q.key_rate_limit,
+       extract(epoch FROM q.key_rate_period)::float8 AS key_rate_period_seconds,
+       (SELECT count(*) FROM __schema__.jobs AS h
+        WHERE h.queue = named.name AND h.queue <> '' AND h.lease_until IS NOT NULL) AS held,
+       q.updated_at
+FROM named LEFT JOIN __schema__.queues AS q ON q.name = named.name
+WHERE %(name)s::text IS NULL OR named.name = %(name)s
+ORDER BY named.name;
+
+-- name: queue_stats
+-- Per queue, the jobs of jobs by state (pending due, scheduled not yet, models.STATES)
+-- and whether the queue is paused; `done` counts the done jobs moved to
+-- jobs_history as well, so it means the same in both retention modes: the done jobs
+-- kept (docs/explanation/retention.md). Each table is read whole, as in delete mode,
+-- where the same rows sit in jobs.
+SELECT coalesce(j.queue, h.queue) AS queue,
+       coalesce(j.pending, 0) AS pending,
+       coalesce(j.scheduled, 0) AS scheduled,
+       coalesce(q.paused, false) AS paused,
+       coalesce(j.running, 0) AS running,
+       coalesce(j.done, 0) + coalesce(h.done, 0) AS done,
+       coalesce(j.failed, 0) AS failed,
+       coalesce(j.cancelled, 0) AS cancelled,
+       coalesce(j.expired_leases, 0) AS expired_leases,
+       j.oldest_pending_seconds,
+       coalesce(j.waiting, 0) AS waiting
+FROM (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'pending' AND run_at <= now()) AS pending,
+           count(*) FILTER (WHERE status = 'pending' AND run_at > now())  AS scheduled,
+           count(*) FILTER (WHERE status = 'running')   AS running,
+           count(*) FILTER (WHERE status = 'done')      AS done,
+           count(*) FILTER (WHERE status = 'failed')    AS failed,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE status = 'running' AND lease_until < now())
+               AS expired_leases,
+           extract(epoch FROM now() - min(run_at) FILTER (
+               WHERE status = 'pending' AND run_at <= now()))::float8
+               AS oldest_pending_seconds,
+           count(*) FILTER (WHERE status = 'waiting')   AS waiting
+    FROM __schema__.jobs
+    GROUP BY queue
+) AS j
+FULL JOIN (
+    SELECT queue, count(*) AS done FROM __schema__.jobs_history GROUP BY queue
+) AS h ON h.queue = j.queue
+LEFT JOIN __schema__.queues AS q ON q.name = coalesce(j.queue, h.queue)
+ORDER BY 1;
+
+-- file: src/pgbaton/sql/leader.sql
+
+-- The leader's lock: one leader per schema, held for the life of its connection.
+-- __schema__ is replaced by the quoted schema name; %(name)s are bound parameters.
+-- Each state change guards, in SQL, the state it leaves
+-- (docs/explanation/state_machine.md).
+
+-- name: leader_try_acquire
+-- A session-level lock: held while the leader's connection lives, released by
+-- PostgreSQL the moment that connection dies.
+SELECT pg_try_advisory_lock(hashtext('pgbaton.leader.' || %(schema)s)) AS acquired;
+
+-- file: src/pgbaton/sql/dependencies.sql
+
+-- Dependencies and batches (docs/explanation/dependencies.md): the enqueue of jobs that
+-- wait for other jobs or form a batch, and the look-ups. The releasing and counting
+-- happen in the jobs_ended trigger (schema.sql), whatever statement ends a job.
+
+-- name: job_parents_lock
+-- The first step of an enqueue with parents: lock them in id order (two enqueues never
+-- deadlock), mark them as having dependents, and read how they stand. A parent's end in
+-- flight is waited for and read as ended; a later end waits for this transaction and
+-- then fires jobs_ended, which finds the committed child. Ids not returned do not exist.
+UPDATE __schema__.jobs AS j
+SET has_dependents = true
+WHERE j.id IN (
+    SELECT id FROM __schema__.jobs
+    WHERE id = ANY(%(ids)s::bigint[])
+    ORDER BY id
+    FOR NO KEY UPDATE
+)
+RETURNING j.id, j.task, j.status;
+
+-- name: job_parents_archived
+-- Parents job_parents_lock did not find that were moved to jobs_history (the history
+-- retention mode, docs/explanation/retention.md): done for good (a moved job is never
+-- retried or changed), so they need no lock and count as finished. Read in a statement
+-- after the lock, so a parent moved while the lock waited for it is found here.
+SELECT id, task, status FROM __schema__.jobs_history WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: batch_insert
+INSERT INTO __schema__.batches (jobs, jobs_left, on_finish, on_success)
+VALUES (%(jobs)s, %(jobs)s, %(on_finish)s::jsonb, %(on_success)s::jsonb)
+RETURNING id;
+
+-- name: job_insert_graph
+-- As job_insert_many, for jobs that wait for others or form a batch: each job's
+-- waiting_for (NULL: no parents) and has_dependents come as arrays in input order, the
+-- edges as (child position, parent position or existing parent id); meta as in
+-- job_insert_many. Idempotency keys are refused before this statement: every job here
+-- is new. The ids are drawn in `order` (the positions with every job after its
+-- parents of the call), so every job's id is above its parents': the claim's per-key
+-- order counts an older waiting job, which must never be a job's own descendant
+-- (docs/explanation/guarantees.md, "Per-key order"). The ids still come back in input
+-- order.
+WITH input AS (
+    SELECT nextval('__schema__.jobs_id_seq') AS id, t.*
+    FROM (
+        SELECT t.*
+        FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb) AS (
+                queue text, task text, args jsonb, priority int, run_at timestamptz,
+                delay float8, key text, max_attempts int, limit_key text))
+             WITH ORDINALITY AS t(queue, task, args, priority, run_at, delay, key,
+                                  max_attempts, limit_key, position)
+        JOIN unnest(%(order)s::bigint[]) WITH ORDINALITY AS o(position, rank)
+          ON o.position = t.position
+        ORDER BY o.rank
+    ) AS t
+),
+graph AS (
+    SELECT *
+    FROM unnest(%(waiting_for)s::int[], %(has_dependents)s::boolean[])
+         WITH ORDINALITY AS g(waiting_for, has_dependents, position)
+),
+inserted AS (
+    INSERT INTO __schema__.jobs
+        (id, queue, task, args, priority, run_at, key, max_attempts, status,
+         waiting_for, has_dependents, batch_id, meta, limit_key)
+    SELECT input.id, coalesce(queue, 'default'), task, coalesce(args, '{}'),
+           coalesce(priority, 0),
+           coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+           key, coalesce(max_attempts, 5),
+           CASE WHEN graph.waiting_for > 0 THEN 'waiting' ELSE 'pending' END,
+           graph.waiting_for, graph.has_dependents, %(batch_id)s::bigint, %(meta)s::jsonb,
+           limit_key
+    FROM input JOIN graph USING (position)
+    ORDER BY position
+),
+edges AS (
+    INSERT INTO __schema__.job_dependencies (parent_id, child_id, run_after_failure)
+    SELECT coalesce(parent.id, e.parent_id), child.id, e.run_after_failure
+    FROM jsonb_to_recordset(%(edges)s::jsonb)
+             AS e(child int, parent int, parent_id bigint, run_after_failure boolean)
+    JOIN input AS child ON child.position = e.child
+    LEFT JOIN input AS parent ON parent.position = e.parent
+)
+SELECT array_agg(id ORDER BY position) AS ids FROM input;
+
+-- name: job_parents_replay
+-- Parents that had ended failed or cancelled before the enqueue: their end is applied
+-- to the new children now, by the same function as a later end (cancel, or count it
+-- for a child that may run after a failure).
+SELECT __schema__.jobs_release_children(p.id, p.task, p.status, %(children)s::bigint[],
+                                        %(channel)s)
+FROM unnest(%(parents)s::bigint[]) AS ended(id)
+JOIN __schema__.jobs AS p ON p.id = ended.id;
+
+-- name: job_dependencies_get
+-- A job's parents and children, each with its status (a parent pruned since is left out).
+SELECT 'parent' AS relation, p.id, p.task, p.status, d.run_after_failure
+FROM __schema__.job_dependencies AS d
+JOIN __schema__.jobs AS p ON p.id = d.parent_id
+WHERE d.child_id = %(id)s
+UNION ALL
+SELECT 'child' AS relation, c.id, c.task, c.status, d.run_after_failure
+FROM __schema__.job_dependencies AS d
+JOIN __schema__.jobs AS c ON c.id = d.child_id
+WHERE d.parent_id = %(id)s
+ORDER BY relation DESC, id;
+
+-- name: batch_get
+SELECT id, jobs, jobs_left, done, failed, cancelled, on_finish, on_success, created_at,
+       finished_at
+FROM __schema__.batches
+WHERE id = %(id)s;
+
+-- name: job_batch_id
+SELECT batch_id FROM __schema__.jobs WHERE id = %(id)s;
+
+-- file: src/pgbaton/sql/history.sql
+
+-- The history retention mode (docs/explanation/retention.md): done jobs move from jobs
+-- to the partitioned jobs_history and leave it a partition at a time. The leader's
+-- pruner and `pgbaton prune` run these, a few times a minute at most, so each step is a
+-- statement of its own run from Python (AsyncQueue.archive and drop_history, the
+-- partition arithmetic in pgbaton/history.py): a round trip costs nothing here, and a
+-- plain statement is read, planned and changed like every other.
+--
+-- Two advisory locks, keyed by jobs_history's oid so that two schemas never share them:
+-- 'pgbaton.history', shared by every mover until its transaction ends and taken alone by
+-- a drop, so no partition is dropped under a move; 'pgbaton.history.create', taken alone
+-- by a mover that must create a partition, so two movers (the leader and `pgbaton
+-- prune`) never create one partition twice.
+-- Statements whose name ends in _ddl are templates: {partition}, {from_at} and {to_at}
+-- are filled in by psycopg.sql (an identifier and two literals) and run unprepared.
+
+-- name: history_lock_share
+-- The mover's first statement, in the transaction of its move: held until commit.
+SELECT pg_advisory_xact_lock_shared(
+    hashtext('pgbaton.history'),
+    ('__schema__.jobs_history'::regclass::oid::bigint - 2147483648)::integer
+);
+
+-- name: history_prepare
+-- The partition bins (date_bin of finished_at by `width` seconds, from midnight UTC) of
+-- the next `limit` jobs the mover may move: done, no idempotency key, finished more than
+-- `after` seconds ago. The jobs are locked (SKIP LOCKED: those another mover holds are
+-- passed over, so two movers take different jobs and make ready the bins of their own);
+-- job_archive then takes only jobs of these bins, so a job finished meanwhile in another
+-- bin waits for the next batch instead of failing this one.
+SELECT coalesce(array_agg(DISTINCT date_bin(make_interval(secs => %(width)s::float8),
+                                            c.finished_at,
+                                            timestamptz '2000-01-01 00:00:00+00')),
+                '{}') AS bins
+FROM (SELECT j.finished_at FROM __schema__.jobs AS j
+      WHERE j.status = 'done' AND j.idempotency_key IS NULL
+        AND j.finished_at < now() - make_interval(secs => %(after)s::float8)
+      ORDER BY j.finished_at
+      LIMIT %(limit)s
+      FOR UPDATE SKIP LOCKED) AS c;
+
+-- name: history_partitions_overlapping
+-- The partitions that overlap any of the bins, `width` seconds each, oldest first: what
+-- covers them already (a width changed later leaves partitions of the old width).
+SELECT p.from_at, p.to_at
+FROM __schema__.jobs_history_partitions() AS p
+WHERE EXISTS (SELECT 1 FROM unnest(%(bins)s::timestamptz[]) AS b(bin)
+              WHERE p.from_at < b.bin + make_interval(secs => %(width)s::float8)
+                AND p.to_at > b.bin)
+ORDER BY p.from_at;
+
+-- name: history_lock_create
+-- Taken before creating a partition, until commit; the mover then looks again
+-- (history_partitions_overlapping): another may have created it meanwhile.
+SELECT pg_advisory_xact_lock(
+    hashtext('pgbaton.history.create'),
+    ('__schema__.jobs_history'::regclass::oid::bigint - 2147483648)::integer
+);
+
+-- name: history_partition_create_ddl
+-- A partition is created apart and then attached (history_partition_attach_ddl):
+-- ATTACH takes SHARE UPDATE EXCLUSIVE on jobs_history, so readers and other movers'
+-- inserts go on meanwhile, where CREATE TABLE ... PARTITION OF would take ACCESS
+-- EXCLUSIVE. LIKE copies jobs_history's columns and NOT NULLs, nothing more.
+CREATE TABLE __schema__.{partition} (LIKE __schema__.jobs_history);
+
+-- name: history_partition_attach_ddl
+-- The new table is empty, so the attach's check of its rows and the build of its id
+-- index cost nothing.
+ALTER TABLE __schema__.jobs_history ATTACH PARTITION __schema__.{partition}
+    FOR VALUES FROM ({from_at}) TO ({to_at});
+
+-- name: job_archive
+-- Step two, one statement: done jobs without an explicit idempotency key (those keep
+-- enqueue_once's window in jobs until the retention), finished more than `after`
+-- seconds ago and in the bins history_prepare made ready, move from jobs to
+-- jobs_history, a bounded batch at a time, oldest first. SKIP LOCKED: it never waits
+-- for a worker or another mover, and two movers never take one job. Leaving jobs by
+-- DELETE, a job fires jobs_ended_by_delete exactly as a pruned one does. Column for
+-- column (SELECT *): jobs_history has jobs' columns in jobs' order.
+WITH candidate AS (
+    SELECT id FROM __schema__.jobs
+    WHERE status = 'done' AND idempotency_key IS NULL
+      AND finished_at < now() - make_interval(secs => %(after)s::float8)
+      AND date_bin(make_interval(secs => %(width)s::float8), finished_at,
+                   timestamptz '2000-01-01 00:00:00+00') = ANY(%(bins)s::timestamptz[])
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+moved AS (
+    DELETE FROM __schema__.jobs AS j
+    USING candidate
+    WHERE j.id = candidate.id AND j.status = 'done'
+    RETURNING j.*
+),
+archived AS (
+    INSERT INTO __schema__.jobs_history SELECT * FROM moved
+    RETURNING 1
+)
+SELECT count(*) AS moved FROM archived;
+
+-- name: history_lock_wait_set
+-- The drop's first statement: every lock it waits for (the movers' advisory lock, each
+-- partition's ACCESS EXCLUSIVE) waits at most `lock_wait` seconds, for this transaction
+-- only. A DROP queued behind a long reader would hold up every reader queued behind it;
+-- a lock not granted leaves the partition for the next run.
+SELECT set_config('lock_timeout', ceil(%(lock_wait)s::float8 * 1000)::bigint::text || 'ms',
+                  true);
+
+-- name: history_lock_take
+-- The drop waits, alone, for the movers to commit: no partition is dropped under a move.
+SELECT pg_advisory_xact_lock(
+    hashtext('pgbaton.history'),
+    ('__schema__.jobs_history'::regclass::oid::bigint - 2147483648)::integer
+);
+
+-- name: history_partitions_expired
+-- The partitions whose whole range ended more than `retention` seconds ago, oldest first:
+-- a partition goes only once its last possible job is past the retention. Read once
+-- before the drop takes its lock (most runs find none and stop there), then again
+-- under it.
+SELECT p.name
+FROM __schema__.jobs_history_partitions() AS p
+WHERE p.to_at < now() - make_interval(secs => %(retention)s::float8)
+ORDER BY p.from_at;
+
+-- name: history_partition_logs_delete_ddl
+-- The log lines of the partition's jobs (job_logs, migration 15) go first, in the
+-- drop's savepoint: a drop not granted its lock in time rolls them back with it.
+DELETE FROM __schema__.job_logs AS l
+USING __schema__.{partition} AS p
+WHERE l.job_id = p.id;
+
+-- name: history_partition_drop_ddl
+-- Each drop in a savepoint of its own: one not granted its lock in time ends the run,
+-- and those dropped before it stay dropped.
+DROP TABLE __schema__.{partition};
+
+-- name: history_partitions_list
+-- The partitions of jobs_history, oldest first, with their bounds and sizes (`pgbaton
+-- doctor`, tests).
+SELECT p.name, p.from_at, p.to_at,
+       pg_total_relation_size(('__schema__.' || quote_ident(p.name))::regclass) AS bytes
+FROM __schema__.jobs_history_partitions() AS p
+ORDER BY p.from_at;
+
+-- file: src/pgbaton/sql/args.sql
+
+-- Statements on jobs' args themselves: `pgbaton rotate-keys` (docs/howto/encryption.md).
+
+-- name: job_sealed_page
+-- The next page (by id, after %(after)s) of jobs still to run whose args are sealed
+-- with another key than %(kid)s. No index serves it: an operator's command that walks
+-- the jobs table once, a page at a time, by its primary key.
+SELECT j.id, j.task, j.args
+FROM __schema__.jobs AS j
+WHERE j.id > %(after)s
+  AND j.status IN ('pending', 'waiting')
+  AND jsonb_typeof(j.args -> '$encrypted') = 'object'
+  AND (j.args -> '$encrypted' ->> 'kid') IS DISTINCT FROM %(kid)s
+ORDER BY j.id
+LIMIT %(limit)s;
+
+-- name: job_args_reseal_many
+-- Each job's args, sealed again, where they are still those read (compare and set: a
+-- job claimed, replaced or resealed meanwhile is left alone) and it has still to run.
+UPDATE __schema__.jobs AS j
+SET args = sealed.args
+FROM unnest(%(ids)b::bigint[], %(old)b::jsonb[], %(new)b::jsonb[])
+     WITH ORDINALITY AS sealed(id, old_args, args, position)
+WHERE j.id = sealed.id AND j.args = sealed.old_args
+  AND j.status IN ('pending', 'waiting')
+RETURNING sealed.position;
+
+-- file: src/pgbaton/sql/schedules.sql
+
+-- The schedules table (docs/explanation/schedules.md): periodic jobs defined in code or
+-- at run time. __schema__ is replaced by the quoted schema name; %(name)s are bound
+-- parameters. Fire times are computed by the client (pgbaton.cron) and passed in: cron
+-- and time zones are Python's business, the table records the result. Every change of a
+-- definition or of the pause raises `revision`, which fences the leader's progress.
+
+-- name: schedule_insert
+-- A run-time schedule; no row back when the name is taken.
+INSERT INTO __schema__.schedules
+    (name, cron, timezone, task, args, queue, priority, max_attempts, paused, catch_up,
+     catch_up_limit, origin, last_tick, next_tick, updated_by)
+VALUES (%(name)s, %(cron)s, %(timezone)s, %(task)s, %(args)s::jsonb, %(queue)s,
+        %(priority)s, %(max_attempts)s, %(paused)s, %(catch_up)s, %(catch_up_limit)s,
+        'database', %(now)s, %(next_tick)s, %(by)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: schedule_get
+SELECT * FROM __schema__.schedules WHERE name = %(name)s;
+
+-- name: schedule_list
+-- Every schedule, with the status of its last job (NULL once that job is pruned).
+SELECT s.*, j.status AS last_job_status
+FROM __schema__.schedules AS s
+LEFT JOIN __schema__.jobs AS j ON j.id = s.last_job_id
+ORDER BY s.name;
+
+-- name: schedule_task_named
+-- Whether a schedule already names the task: without an App, the evidence that a task
+-- name is not misspelt. (Not the jobs table: no index serves a task alone there.)
+SELECT EXISTS (SELECT 1 FROM __schema__.schedules WHERE task = %(task)s) AS named;
+
+-- name: schedule_update
+-- An operator's change of a run-time schedule's definition, for the revision read:
+-- no row back when another change came first, or the schedule is defined in code.
+-- last_tick and next_tick come from the caller (moved to the change's time when the
+-- cron or the zone changed, so the new expression's past ticks are not caught up).
+UPDATE __schema__.schedules
+SET cron = %(cron)s, timezone = %(timezone)s, task = %(task)s, args = %(args)s::jsonb,
+    queue = %(queue)s, priority = %(priority)s, max_attempts = %(max_attempts)s,
+    catch_up = %(catch_up)s, catch_up_limit = %(catch_up_limit)s,
+    last_tick = %(last_tick)s, next_tick = %(next_tick)s,
+    revision = revision + 1, updated_at = now(), updated_by = %(by)s
+WHERE name = %(name)s AND revision = %(revision)s AND origin = 'database'
+RETURNING *;
+
+-- name: schedule_set_paused
+-- Pause or resume, for the revision read. Resuming moves last_tick to now (given): a
+-- pause does not end in a burst of the ticks it held back. The worker's sync of code
+-- schedules leaves `paused` alone, so a pause survives restarts and deploys.
+UPDATE __schema__.schedules
+SET paused = %(paused)s,
+    last_tick = CASE WHEN %(paused)s THEN last_tick ELSE %(now)s::timestamptz END,
+    next_tick = CASE WHEN %(paused)s THEN next_tick ELSE %(next_tick)s::timestamptz END,
+    revision = revision + 1, updated_at = now(), updated_by = %(by)s
+WHERE name = %(name)s AND revision = %(revision)s
+RETURNING *;
+
+-- name: schedule_delete
+-- A run-time schedule, or a code schedule its code no longer has; not one still in
+-- the code (the next worker to start would write it back).
+DELETE FROM __schema__.schedules
+WHERE name = %(name)s AND (origin = 'database' OR missing_since IS NOT NULL)
+RETURNING name, task, queue;
+
+-- name: schedule_note_job
+-- The job of a run_now, or of the newest tick enqueued.
+UPDATE __schema__.schedules SET last_job_id = %(job_id)s
+WHERE name = %(name)s
+RETURNING name;
+
+-- name: schedule_list_due
+-- The leader's read at each run (schedules_due): the active schedules whose next tick
+-- has passed, soonest first, but for those named in `passed` (rows this leader cannot
+-- plan, a time zone its host does not know: left out so that they never fill the
+-- limit and hold back the others).
+SELECT * FROM __schema__.schedules
+WHERE NOT paused AND missing_since IS NULL AND next_tick <= %(now)s
+  AND NOT (name = ANY (%(passed)s::text[]))
+ORDER BY next_tick
+LIMIT %(limit)s;
+
+-- name: schedule_revision_many
+-- The leader's check of the rows it left out (schedule_list_due's `passed`): whether an
+-- operator has changed them since.
+SELECT name, revision FROM __schema__.schedules WHERE name = ANY (%(names)s::text[]);
+
+-- name: schedule_lock_due_many
+-- In the transaction that enqueues the ticks of a run's due schedules: the rows as the
+-- leader read them, locked in name order (as schedule_sync_code writes them, so the
+-- two never deadlock), leaving out each one an operator changed since (revision),
+-- another leader advanced (last_tick), or that was paused, removed or found missing
+-- from code. Returns the positions of those locked.
+SELECT input.position
+FROM unnest(%(names)s::text[], %(revisions)s::bigint[], %(last_ticks)s::timestamptz[])
+     WITH ORDINALITY AS input(name, revision, last_tick, position)
+JOIN __schema__.schedules AS s ON s.name = input.name
+WHERE s.revision = input.revision
+  AND s.last_tick IS NOT DISTINCT FROM input.last_tick
+  AND NOT s.paused AND s.missing_since IS NULL
+ORDER BY s.name
+FOR UPDATE OF s;
+
+-- name: schedule_advance_many
+-- The leader's progress, in the transaction of the jobs it enqueued, under the locks of
+-- schedule_lock_due_many.
+UPDATE __schema__.schedules AS s
+SET last_tick = input.last_tick, next_tick = input.next_tick,
+    last_job_id = coalesce(input.last_job_id, s.last_job_id)
+FROM unnest(%(names)s::text[], %(last_ticks)s::timestamptz[], %(next_ticks)s::timestamptz[],
+            %(last_job_ids)s::bigint[]) AS input(name, last_tick, next_tick, last_job_id)
+WHERE s.name = input.name
+RETURNING s.name;
+
+-- name: schedule_sync_code
+-- A starting worker's @app.periodic schedules: inserted if new, their definition
+-- replaced where the code changed it (revision raised only then), missing_since
+-- cleared. `paused` is left alone. A run-time schedule of the same name is not touched
+-- and its name comes back with taken = true. A new row starts from first_tick (ticks
+-- of the handover window are enqueued, as a new leader does); a changed cron or zone
+-- moves last_tick to now and next_tick to next_tick.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(names)s::text[], %(crons)s::text[], %(timezones)s::text[],
+                %(tasks)s::text[], %(args)s::jsonb[], %(queues)s::text[],
+                %(priorities)s::integer[], %(max_attempts)s::integer[],
+                %(catch_ups)s::text[], %(catch_up_limits)s::integer[],
+                %(first_ticks)s::timestamptz[], %(next_ticks)s::timestamptz[])
+         WITH ORDINALITY AS i(name, cron, timezone, task, args, queue, priority,
+                              max_attempts, catch_up, catch_up_limit, first_tick,
+                              next_tick, position)
+),
+written AS (
+    INSERT INTO __schema__.schedules AS s
+        (name, cron, timezone, task, args, queue, priority, max_attempts, catch_up,
+         catch_up_limit, origin, next_tick, updated_by)
+    SELECT name, cron, timezone, task, args, queue, priority, max_attempts, catch_up,
+           catch_up_limit, 'code', first_tick, %(by)s
+    FROM input ORDER BY name  -- the leader's lock order (schedule_lock_due_many)
+    ON CONFLICT (name) DO UPDATE SET
+        cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, task = EXCLUDED.task,
+        args = EXCLUDED.args, queue = EXCLUDED.queue, priority = EXCLUDED.priority,
+        max_attempts = EXCLUDED.max_attempts, catch_up = EXCLUDED.catch_up,
+        catch_up_limit = EXCLUDED.catch_up_limit, missing_since = NULL,
+        last_tick = CASE WHEN (s.cron, s.timezone)
+                              IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone)
+                         THEN %(now)s::timestamptz ELSE s.last_tick END,
+        next_tick = CASE WHEN (s.cron, s.timezone)
+                              IS DISTINCT FROM (EXCLUDED.cron, EXCLUDED.timezone)
+                         THEN (SELECT next_tick FROM input WHERE input.name = s.name)
+                         ELSE s.next_tick END,
+        revision = s.revision + CASE WHEN
+            (s.cron, s.timezone, s.task, s.args, s.queue, s.priority, s.max_attempts,
+             s.catch_up, s.catch_up_limit)
+            IS DISTINCT FROM
+            (EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.task, EXCLUDED.args,
+             EXCLUDED.queue, EXCLUDED.priority, EXCLUDED.max_attempts,
+             EXCLUDED.catch_up, EXCLUDED.catch_up_limit) THEN 1 ELSE 0 END,
+        updated_at = now(), updated_by = EXCLUDED.updated_by
+    WHERE s.origin = 'code'
+    RETURNING s.name, s.revision
+)
+SELECT input.name, written.name IS NULL AS taken
+FROM input LEFT JOIN written ON written.name = input.name
+ORDER BY input.position;
+
+-- name: schedule_mark_missing
+-- The code schedules the starting worker's code lacks: missing from now, unless they
+-- were already (their grace counts from the first worker that found them gone).
+UPDATE __schema__.schedules
+SET missing_since = %(now)s
+WHERE origin = 'code' AND missing_since IS NULL AND NOT (name = ANY (%(names)s::text[]))
+RETURNING name, task, queue;
+
+-- name: schedule_delete_missing
+-- The leader's clean-up: code schedules missing from code for longer than the grace.
+DELETE FROM __schema__.schedules
+WHERE origin = 'code' AND missing_since < %(before)s
+RETURNING name, task, queue;
+
+-- file: src/pgbaton/sql/workers.sql
+
+-- The workers table (docs/howto/dashboard-metrics-traces.md, "Workers"): each worker
+-- process's row, written by its presence beat (worker/presence.py), read by the
+-- dashboard's /workers page. __schema__ is the quoted schema.
+
+-- name: worker_beat
+-- A worker says it is alive: its row inserted or refreshed, and the rows of workers not
+-- seen for a day (died without a word) deleted on the way, so the table never grows
+-- past the fleet of the last day.
+WITH stale AS (
+    DELETE FROM __schema__.workers
+    WHERE seen_at < now() - interval '1 day' AND worker_id <> %(worker_id)s
+)
+INSERT INTO __schema__.workers AS w
+    (worker_id, host, pid, version, queues, concurrency, held, started_at, seen_at)
+VALUES (%(worker_id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::text[],
+        %(concurrency)s, %(held)s, now(), now())
+ON CONFLICT (worker_id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, version = excluded.version,
+    queues = excluded.queues, concurrency = excluded.concurrency, held = excluded.held,
+    -- Another process under the same worker id (a restart): its own start.
+    started_at = CASE WHEN w.pid = excluded.pid AND w.host = excluded.host
+                      THEN w.started_at ELSE now() END,
+    seen_at = now();
+
+-- name: worker_leave
+-- A worker that stops deletes its own row (only its own: the same id restarted on
+-- another host keeps its row).
+DELETE FROM __schema__.workers
+WHERE worker_id = %(worker_id)s AND host = %(host)s AND pid = %(pid)s;
+
+-- name: worker_list
+-- The /workers page: every worker seen in the last day, newest beat first, with the
+-- jobs the jobs table says it holds now (the row's `held` is what it last said) and
+-- how long ago it was last seen. A worker unseen for `stale_after` seconds is shown as
+-- not seen, not as live.
+SELECT w.worker_id, w.host, w.pid, w.version, w.queues, w.concurrency, w.held,
+       w.started_at, w.seen_at,
+       extract(epoch FROM now() - w.seen_at)::float8 AS seen_seconds_ago,
+       now() - w.seen_at <= make_interval(secs => %(stale_after)s) AS live,
+       coalesce(j.running, 0) AS running
+FROM __schema__.workers AS w
+LEFT JOIN (
+    SELECT worker_id, count(*) AS running
+    FROM __schema__.jobs
+    WHERE lease_until IS NOT NULL AND worker_id IS NOT NULL
+    GROUP BY worker_id
+) AS j ON j.worker_id = w.worker_id
+ORDER BY live DESC, w.seen_at DESC, w.worker_id;
+
+-- file: src/pgbaton/sql/steps.sql
+
+-- Durable steps, durable sleep and events (docs/howto/durable-steps.md; the tables are
+-- job_steps and job_events, migration 18). Every write of a running job's handler is
+-- fenced by its claim token and status, as the worker's other writes are: the `held`
+-- step of each statement is the fence. What adds a job's first rows (its first step,
+-- its first suspension, an event sent to it) marks it as one with steps (its delete
+-- then removes them).
+
+-- name: job_steps_get
+-- A job's steps in the order its handler reached them: read once per run, at the
+-- handler's first step, sleep or wait (a job without steps never reads it), and by the
+-- job page and `pgbaton show`.
+SELECT seq, name, kind, result, until, started_at, finished_at, size
+FROM __schema__.job_steps
+WHERE job_id = %(id)s
+ORDER BY seq;
+
+-- name: job_step_store
+-- A step's function returned: its result is stored, alone in its transaction. Nothing
+-- is written when the claim is lost (no row returned). The job's row is locked FOR
+-- SHARE, which a reap or a cancel waits for (and then finds it changed), and written
+-- only at the job's first step: a step adds no row version to jobs.
+WITH held AS (
+    SELECT j.id, j.has_steps FROM __schema__.jobs AS j
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'running'
+    FOR SHARE
+),
+marked AS (
+    UPDATE __schema__.jobs AS j SET has_steps = true
+    FROM held
+    WHERE j.id = held.id AND NOT held.has_steps
+)
+INSERT INTO __schema__.job_steps
+    (job_id, seq, name, kind, result, started_at, finished_at, size)
+SELECT held.id, %(seq)s, %(name)s, 'step', %(result)s::jsonb,
+       now() - make_interval(secs => %(seconds)s::float8), now(), %(size)s
+FROM held
+RETURNING seq;
+
+-- name: job_step_suspend
+-- The handler sleeps or waits: the job goes back to pending, due at the wake time, its
+-- attempt given back (the claim counted it; a suspension is not a failure) and its
+-- claim released; the slot, the connection and the lease are free until then. The
+-- sleep's or wait's row is written on the first suspension; a later one (a job woken
+-- early) keeps its wake time. `until` is the wake time (NULL: `seconds` from now; for
+-- a wait without timeout, 'infinity' is not used: the job is due in year 9999).
+-- Runs in one transaction with job_event_wake.
+WITH suspended AS (
+    UPDATE __schema__.jobs AS j
+    SET status        = 'pending',
+        claim_token   = NULL,
+        lease_until   = NULL,
+        attempts      = j.attempts - 1,
+        worker_id     = NULL,
+        started_at    = NULL,
+        has_steps     = true,
+        waiting_event = %(event)s,
+        run_at        = coalesce(%(until)s::timestamptz,
+                                 now() + make_interval(secs => %(seconds)s::float8))
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'running'
+    RETURNING j.id, j.run_at
+),
+step AS (
+    INSERT INTO __schema__.job_steps (job_id, seq, name, kind, until)
+    SELECT suspended.id, %(seq)s, %(name)s, %(kind)s,
+           CASE WHEN %(deadline)s THEN suspended.run_at END
+    FROM suspended
+    ON CONFLICT (job_id, seq) DO NOTHING
+)
+SELECT run_at FROM suspended;
+
+-- name: job_event_wake
+-- After job_step_suspend, in its transaction: the event it waits for was sent before
+-- (or while) it suspended, so it is due now. A new statement, so it sees an event whose
+-- sender held the job's row until its commit (send_event locks it first).
+WITH woken AS (
+    UPDATE __schema__.jobs AS j
+    SET run_at = now()
+    WHERE j.id = %(id)s AND j.status = 'pending' AND j.claim_token IS NULL
+      AND j.waiting_event = %(event)s
+      AND EXISTS (SELECT 1 FROM __schema__.job_events AS e
+                  WHERE e.job_id = j.id AND e.name = %(event)s)
+    RETURNING j.id, j.queue
+)
+SELECT woken.id, pg_notify(%(channel)s, woken.queue) FROM woken;
+
+-- name: job_event_take
+-- The handler waits for an event: the oldest of its name sent to the job is taken (and
+-- deleted) and stored as the wait's result, in one statement. No row: none was sent.
+-- The job's row is only locked, as job_step_store locks it: send_event marked it as one
+-- with steps already, and its claim cleared waiting_event (migration 22).
+WITH held AS (
+    SELECT j.id FROM __schema__.jobs AS j
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'running'
+    FOR SHARE
+),
+taken AS (
+    DELETE FROM __schema__.job_events AS e
+    WHERE e.id = (SELECT first.id FROM __schema__.job_events AS first
+                  JOIN held ON first.job_id = held.id
+                  WHERE first.name = %(event)s
+                  ORDER BY first.id LIMIT 1)
+    RETURNING e.job_id, jsonb_build_object('payload', e.payload) AS result
+),
+stored AS (
+    INSERT INTO __schema__.job_steps
+        (job_id, seq, name, kind, result, finished_at, size)
+    SELECT taken.job_id, %(seq)s, %(name)s, 'event', taken.result, now(),
+           octet_length(taken.result::text)
+    FROM taken
+    ON CONFLICT (job_id, seq) DO UPDATE
+        SET result = excluded.result, finished_at = excluded.finished_at,
+            size = excluded.size
+    RETURNING job_steps.result
+)
+SELECT result FROM stored;
+
+-- name: job_step_pass
+-- A later run reaches a sleep whose wake time has come, or a wait whose deadline has
+-- passed with no event: the row is finished (a wait's with {"timed_out": true}). No
+-- row: the time has not come (the job was woken early), and it suspends again. The
+-- job's row is only locked: its claim cleared waiting_event (migration 22).
+WITH held AS (
+    SELECT j.id FROM __schema__.jobs AS j
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'running'
+    FOR SHARE
+)
+UPDATE __schema__.job_steps AS s
+SET finished_at = now(), result = %(result)s::jsonb,
+    size = octet_length(%(result)s::jsonb::text)
+FROM held
+WHERE s.job_id = held.id AND s.seq = %(seq)s AND s.finished_at IS NULL
+  AND s.until <= now()
+RETURNING s.seq;
+
+-- name: job_event_send
+SELECT __schema__.send_event(%(id)s, %(event)s, %(payload)s::jsonb) AS woken;
+
+-- name: job_event_send_by_key
+SELECT __schema__.send_event_by_key(%(key)s, %(event)s, %(payload)s::jsonb) AS ids;
