@@ -196,7 +196,7 @@ class PreviousRelease:
 
 
 class Release25(PreviousRelease):
-    """The release of schema version 25 (commit 21f17f4): enqueue by COPY and with
+    """The releases of schema version 25 (commit 21f17f4) on: enqueue by COPY and with
     unique=, meta and limit_key on every job, claims ahead started later, snoozes and
     ends, progress, logs and durable steps, flow control, the workers table; its
     pooled connections plan each statement once (generic plans)."""

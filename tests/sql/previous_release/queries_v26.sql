@@ -1,16 +1,16 @@
--- The statements of the release whose schema is version 25, kept verbatim for
+-- The statements of the release whose schema is version 26, kept verbatim for
 -- tests/sql/test_rolling_deploy.py (docs/explanation/guarantees.md, "Rolling deploys").
 -- That release's producers and workers (the leader's chores included) run these,
--- prepared, while `pgbaton migrate` applies the migrations after 25 under them; every
+-- prepared, while `pgbaton migrate` applies the migrations after 26 under them; every
 -- one must keep working on the newest schema, on connections opened before the
 -- migration and on the statements they had prepared.
 --
--- Copied from commit 21f17f431dc56a67955404a678fcc61755e35583, the parent of f557508,
--- which added migration 26: the query files a Queue and a Worker read, each whole below
+-- Copied from commit a814a49d8ddab33ddc29e13027e6ecfb37c34d8c, the parent of 5539797,
+-- which added migration 27: the query files a Queue and a Worker read, each whole below
 -- its `-- file:` line, by
 --   for f in server jobs queues leader dependencies history args schedules workers steps
 --   do echo; echo "-- file: src/pgbaton/sql/$f.sql"; echo
---      git show 21f17f4:src/pgbaton/sql/$f.sql; done
+--      git show a814a49:src/pgbaton/sql/$f.sql; done
 -- Left out: migrate's statements (that release cannot migrate a newer schema) and the
 -- dashboard's, doctor's, lab's, demo's and pgbaton.testing's, which no worker runs.
 -- Never edit what follows: a statement here that fails on the newest schema is a
@@ -301,10 +301,12 @@ WITH candidate AS (
                     SELECT q.name FROM __schema__.queues AS q
                     WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
                        OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-              -- Four probes, one per index, so each costs one index lookup whatever the
-              -- number of running jobs: the key's running job, a job of the key cancelled
-              -- while its handler ran and not yet let go, an older pending job (due or
-              -- not), then an older job waiting for its parents (migration 10).
+              -- Four probes, one per index, so none reads the table whatever the number
+              -- of running jobs: the key's running job, a job of the key cancelled while
+              -- its handler ran and not yet let go, an older pending job (due or not),
+              -- then an older job waiting for its parents (migration 10). The planner
+              -- may read the first two's small indexes whole, once a claim (a hashed
+              -- subplan), while few keyed jobs run, and by key once many do.
               AND (c.key IS NULL OR (
                     NOT EXISTS (
                         SELECT 1 FROM __schema__.jobs AS running
