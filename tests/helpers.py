@@ -1,5 +1,6 @@
 """Small helpers shared by the tests: waiting on the database clock, reading rows,
-reading a child process's output, running processes from one start line."""
+reading a child process's output, running processes from one start line, a DSN in
+another client encoding."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
+
+
+def in_client_encoding(dsn: str, encoding: str) -> str:
+    """`dsn` with every connection's client_encoding set at connect (SQL_ASCII, LATIN1)."""
+    return make_conninfo(dsn, options=f"-c client_encoding={encoding}")
 
 
 def wait_for_lease_to_pass(db: psycopg.Connection[Any], job_id: int) -> None:

@@ -8,7 +8,8 @@ import math
 import re
 import unicodedata
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ._encoding import to_json
@@ -391,13 +392,14 @@ _TEXT_FIELDS = ("task", "queue", "key", "idempotency_key", "limit_key", "args")
 
 
 def unencodable(
-    jobs: Iterable[object], error: UnicodeEncodeError
+    jobs: Iterable[object], error: UnicodeEncodeError, *, numbered: bool = True
 ) -> InvalidArgument | None:
-    """The error for a batch that psycopg could not encode in its connection's client
+    """The error for jobs that psycopg could not encode in its connection's client
     encoding (`error`: LATIN1 has no euro sign, say; SQL_ASCII takes any text, as
     UTF-8): the first job and field that holds such a character, or None when no
     job's does. psycopg raises it before the statement is sent, or inside a COPY,
-    which it fails: nothing was written."""
+    which it fails: nothing was written. numbered=False for one job: its position
+    left out of the message."""
     for position, job in enumerate(jobs):
         if not isinstance(job, Mapping):
             continue
@@ -417,11 +419,26 @@ def unencodable(
                 what = (f"args for task {job.get('task')!r}" if name == "args"
                         else f"{name} {_brief(value)}")
                 return InvalidArgument(
-                    f"job {position}: {what} cannot be sent: the connection's client "
-                    f"encoding {error.encoding} has no {char!r} (U+{ord(char):04X}); "
-                    "nothing was written (client_encoding UTF8 carries any text)"
+                    f"{f'job {position}: ' if numbered else ''}{what} cannot be sent: "
+                    f"the connection's client encoding {error.encoding} has no "
+                    f"{char!r} (U+{ord(char):04X}); nothing was written "
+                    "(client_encoding UTF8 carries any text)"
                 )
     return None
+
+
+@contextmanager
+def encodable(jobs: Sequence[object], *, numbered: bool = True) -> Iterator[None]:
+    """Around an enqueue of `jobs`: the bare UnicodeEncodeError psycopg raises for text
+    the connection's client encoding lacks becomes unencodable's InvalidArgument (or
+    goes on as it is when no job's text holds the character)."""
+    try:
+        yield
+    except UnicodeEncodeError as error:
+        refused = unencodable(jobs, error, numbered=numbered)
+        if refused is None:
+            raise
+        raise refused from None
 
 
 def retry_delay(attempts: int, retry_in: float | None) -> float:

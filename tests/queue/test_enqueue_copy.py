@@ -10,12 +10,12 @@ from typing import Any, ClassVar
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 import pgbaton
 from pgbaton._copy_rows import COPY_CHUNK_ROWS, CopyRows
 from pgbaton._queue import enqueueing
 from pgbaton.limits import INT4_MAX, INT4_MIN, MAX_JSON_DEPTH
+from tests.helpers import in_client_encoding
 
 # Values that would break a hand-written COPY line or an unquoted statement: the COPY
 # delimiters and escapes, SQL, markup, NULs spelled out, and text beyond ASCII.
@@ -394,11 +394,6 @@ async def test_the_async_queue_copies_a_large_batch_into_the_callers_transaction
 # -- client encodings: the COPY sends what the INSERT sends ------------------------------
 
 
-def _in_encoding(dsn: str, encoding: str) -> str:
-    """`dsn` with every connection's client_encoding set at connect."""
-    return make_conninfo(dsn, options=f"-c client_encoding={encoding}")
-
-
 def _texts_everywhere(count: int = 600) -> list[dict[str, Any]]:
     """Jobs with awkward text, beyond ASCII included, in every field sent as text."""
     jobs: list[dict[str, Any]] = []
@@ -433,7 +428,7 @@ def test_a_connection_in_sql_ascii_copies_what_the_insert_writes(
     psycopg sends a str parameter as UTF-8 there, so the INSERT stores text beyond ASCII
     as given; the COPY sends the same bytes and stores the same rows (it raised a bare
     UnicodeEncodeError, encoding its text to ASCII)."""
-    ascii_dsn = _in_encoding(dsn, "SQL_ASCII")
+    ascii_dsn = in_client_encoding(dsn, "SQL_ASCII")
     jobs = _texts_everywhere()
     with (pgbaton.Queue(ascii_dsn, schema=queue.schema) as theirs,
           psycopg.connect(ascii_dsn) as conn):
@@ -454,7 +449,7 @@ async def test_an_async_connection_in_sql_ascii_copies_what_the_insert_writes(
     aqueue, dsn, db, via, monkeypatch
 ):
     """AsyncQueue's COPY under SQL_ASCII, as the sync one's."""
-    ascii_dsn = _in_encoding(dsn, "SQL_ASCII")
+    ascii_dsn = in_client_encoding(dsn, "SQL_ASCII")
     jobs = _texts_everywhere()
     async with (pgbaton.AsyncQueue(ascii_dsn, schema=aqueue.schema) as theirs,
                 await psycopg.AsyncConnection.connect(ascii_dsn) as conn):
@@ -506,7 +501,7 @@ def test_text_the_client_encoding_cannot_carry_is_named_and_nothing_is_written(
     transaction the job enqueued before it stays (both raised a bare
     UnicodeEncodeError)."""
     path, field = case
-    latin1_dsn = _in_encoding(dsn, "LATIN1")
+    latin1_dsn = in_client_encoding(dsn, "LATIN1")
     jobs = _with_bad_job(field)
     with (pgbaton.Queue(latin1_dsn, schema=queue.schema) as theirs,
           psycopg.connect(latin1_dsn) as conn):
@@ -527,7 +522,7 @@ async def test_an_async_batch_the_client_encoding_cannot_carry_writes_nothing(
     aqueue, dsn, via, path
 ):
     """AsyncQueue refuses such a batch as Queue does, by either path."""
-    latin1_dsn = _in_encoding(dsn, "LATIN1")
+    latin1_dsn = in_client_encoding(dsn, "LATIN1")
     jobs = _with_bad_job("queue")
     async with (pgbaton.AsyncQueue(latin1_dsn, schema=aqueue.schema) as theirs,
                 await psycopg.AsyncConnection.connect(latin1_dsn) as conn):

@@ -20,10 +20,10 @@ import psycopg
 from .. import dependencies
 from .._checks import (
     JOB_DEFAULTS,
+    encodable,
     encode_job_rows,
     job_params,
     many_job_params,
-    unencodable,
 )
 from .._copy_rows import CopyRows, copy_rows, plain_copy_rows
 from .._encoding import to_json
@@ -74,36 +74,41 @@ class Enqueueing(JobWrites):
         unique: a job of the same unique key that blocks this one is kept (its id comes
         back), replaced or pushed back instead (docs/howto/unique.md)."""
         dependencies.check_after_failure("", after_failure)
-        if unique is not None:
-            return (self._enqueue_unique(
-                task, args, unique, queue=queue, priority=priority, run_at=run_at,
-                delay=delay, key=key, idempotency_key=idempotency_key,
-                max_attempts=max_attempts, conn=conn, after=after, limit_key=limit_key,
-            )).id
-        if dependencies.check_after("", after, labels=False):
-            if idempotency_key is not None:
-                raise InvalidArgument(
-                    "idempotency_key cannot be combined with after= (an existing job "
-                    "cannot be made to wait); nothing was written"
-                )
-            job = {
-                "task": task, "args": args, "queue": queue, "priority": priority,
-                "run_at": run_at, "delay": delay, "key": key,
-                "idempotency_key": idempotency_key, "max_attempts": max_attempts,
-                "after": after, "after_failure": after_failure, "limit_key": limit_key,
-            }
-            return (self._enqueue_graph([job], None, conn))[0]
-        params = job_params(
-            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
-            limit_key=limit_key,
-        )
-        conn = self._provided(conn)
-        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
-            params["meta"] = meta_json(span)
-            job_id = self._insert_one(params, conn)
-            span.sent([job_id])
-            return job_id
+        # psycopg encodes the job's text in the connection's client encoding, which
+        # may lack a character (encodable names it).
+        sent = {"task": task, "args": args, "queue": queue, "key": key,
+                "idempotency_key": idempotency_key, "limit_key": limit_key}
+        with encodable([sent], numbered=False):
+            if unique is not None:
+                return (self._enqueue_unique(
+                    task, args, unique, queue=queue, priority=priority, run_at=run_at,
+                    delay=delay, key=key, idempotency_key=idempotency_key,
+                    max_attempts=max_attempts, conn=conn, after=after, limit_key=limit_key,
+                )).id
+            if dependencies.check_after("", after, labels=False):
+                if idempotency_key is not None:
+                    raise InvalidArgument(
+                        "idempotency_key cannot be combined with after= (an existing job "
+                        "cannot be made to wait); nothing was written"
+                    )
+                job = {
+                    "task": task, "args": args, "queue": queue, "priority": priority,
+                    "run_at": run_at, "delay": delay, "key": key,
+                    "idempotency_key": idempotency_key, "max_attempts": max_attempts,
+                    "after": after, "after_failure": after_failure, "limit_key": limit_key,
+                }
+                return (self._enqueue_graph([job], None, conn))[0]
+            params = job_params(
+                task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+                limit_key=limit_key,
+            )
+            conn = self._provided(conn)
+            with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
+                params["meta"] = meta_json(span)
+                job_id = self._insert_one(params, conn)
+                span.sent([job_id])
+                return job_id
 
     def _enqueue_unique(
         self,
@@ -173,28 +178,33 @@ class Enqueueing(JobWrites):
         returned as it is (its args are not compared), and nothing is written. With
         unique= instead of a key: enqueue(unique=), saying what it did (Enqueued's
         outcome: created, kept, replaced or debounced; docs/howto/unique.md)."""
-        if unique is not None:
-            return self._enqueue_unique(
-                task, args, unique, queue=queue, priority=priority, run_at=run_at,
-                delay=delay, key=key, idempotency_key=idempotency_key,
-                max_attempts=max_attempts, conn=conn, after=None, limit_key=limit_key,
+        # psycopg encodes the job's text in the connection's client encoding, which
+        # may lack a character (encodable names it).
+        sent = {"task": task, "args": args, "queue": queue, "key": key,
+                "idempotency_key": idempotency_key, "limit_key": limit_key}
+        with encodable([sent], numbered=False):
+            if unique is not None:
+                return self._enqueue_unique(
+                    task, args, unique, queue=queue, priority=priority, run_at=run_at,
+                    delay=delay, key=key, idempotency_key=idempotency_key,
+                    max_attempts=max_attempts, conn=conn, after=None, limit_key=limit_key,
+                )
+            if not isinstance(idempotency_key, str):
+                raise InvalidArgument(
+                    "enqueue_once needs an idempotency_key string or unique=, got "
+                    f"idempotency_key={idempotency_key!r}"
+                )
+            params = job_params(
+                task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
+                limit_key=limit_key,
             )
-        if not isinstance(idempotency_key, str):
-            raise InvalidArgument(
-                "enqueue_once needs an idempotency_key string or unique=, got "
-                f"idempotency_key={idempotency_key!r}"
-            )
-        params = job_params(
-            task, args, queue=queue, priority=priority, run_at=run_at, delay=delay,
-            key=key, idempotency_key=idempotency_key, max_attempts=max_attempts,
-            limit_key=limit_key,
-        )
-        conn = self._provided(conn)
-        with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
-            params["meta"] = meta_json(span)
-            enqueued = self._insert_idempotent(params, conn)
-            span.sent([enqueued.id])
-            return enqueued
+            conn = self._provided(conn)
+            with enqueue_span(self.events.enqueue_hook, queue, 1) as span:
+                params["meta"] = meta_json(span)
+                enqueued = self._insert_idempotent(params, conn)
+                span.sent([enqueued.id])
+                return enqueued
 
     def enqueue_many(
         self,
@@ -212,15 +222,10 @@ class Enqueueing(JobWrites):
         once, when the last of them ends (docs/explanation/dependencies.md)."""
         dependencies.check_batch(batch)
         jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
-        try:
+        # psycopg encodes the batch's text (the INSERT's parameter, the COPY's rows) in
+        # the connection's client encoding, which may lack a character.
+        with encodable(jobs):
             return self._enqueue_many(jobs, conn, batch)
-        except UnicodeEncodeError as error:
-            # psycopg encodes the batch's text (the INSERT's parameter, the COPY's
-            # rows) in the connection's client encoding, which may lack a character.
-            refused = unencodable(jobs, error)
-            if refused is None:
-                raise
-            raise refused from None
 
     def _enqueue_many(
         self,
