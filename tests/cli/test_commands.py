@@ -9,7 +9,7 @@ import pytest
 
 from pgbaton import _sql
 from tests.cli.cli_helpers import pgbaton, write_app
-from tests.helpers import job_rows
+from tests.helpers import in_client_encoding, job_rows
 
 
 def test_operator_commands_round_trip(dsn, schema):
@@ -104,6 +104,15 @@ def test_bad_input_gets_one_clear_line_and_an_exit_code(dsn, args, code, message
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert "secret" not in result.stderr
+
+
+def test_migrate_works_whatever_the_dsns_client_encoding(dsn, schema):
+    """`pgbaton migrate` with a DSN that sets client_encoding=SQL_ASCII: it raised
+    UnicodeEncodeError (a migration's comment held a micro sign)."""
+    ascii_dsn = in_client_encoding(dsn, "SQL_ASCII")
+    migrated = pgbaton("migrate", "--schema", schema, dsn=ascii_dsn)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "now at version" in migrated.stdout
 
 
 def test_not_migrated_schema_says_what_to_run(dsn, schema):

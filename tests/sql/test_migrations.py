@@ -9,6 +9,7 @@ import threading
 import time
 import traceback
 import uuid
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,7 +19,7 @@ from psycopg.rows import DictRow
 import pgbaton
 from pgbaton import _database, _sql
 from pgbaton.integrations.migrations import migrate_to
-from tests.helpers import run_at_once
+from tests.helpers import in_client_encoding, run_at_once
 
 SPAWN = multiprocessing.get_context("spawn")
 # A spawned process imports psycopg and pgbaton afresh: seconds on a loaded 2-core machine.
@@ -281,6 +282,61 @@ async def test_async_migrate_twice_applies_once(dsn, schema, db):
         assert await queue.migrate() == []
         assert await queue.schema_version() == pgbaton.schema_version()
     assert [v for v, _, _ in _versions(db)] == [m.version for m in _sql.migrations()]
+
+
+SQL_FOLDER = Path(pgbaton.__file__).parent / "sql"
+
+
+def test_every_sql_file_is_ascii():
+    """The statements and migrations hold ASCII alone, comments included: psycopg
+    encodes a statement's text in the connection's client encoding, ASCII under
+    SQL_ASCII (LATIN1 has no euro sign either), on pgbaton's connections and on a
+    caller's (migrate_to: a Django migration, an Alembic revision) alike. Migrations
+    23 and 26 held a micro sign: migrate() raised UnicodeEncodeError under SQL_ASCII."""
+    files = sorted(SQL_FOLDER.rglob("*.sql"))
+    assert len(files) > len(_sql.migrations())
+    beyond = [f"{path.relative_to(SQL_FOLDER)}:{number}: {line.strip()}"
+              for path in files
+              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+              if not line.isascii()]
+    assert beyond == []
+
+
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "LATIN1"])
+def test_a_dsn_in_another_client_encoding_migrates_enqueues_and_claims(
+    dsn, schema, encoding
+):
+    """A DSN that sets the client encoding (options=-c client_encoding=SQL_ASCII) on
+    every connection: migrate() builds a fresh schema, where the queue enqueues a job
+    (its queue's name beyond ASCII) and claims it. What a claim reads back in these
+    encodings is tests/queue/test_client_encoding.py's."""
+    theirs = in_client_encoding(dsn, encoding)
+    with pgbaton.Queue(theirs, schema=schema) as queue:
+        assert queue.migrate() == [m.version for m in _sql.migrations()]
+        job_id = queue.enqueue("t", {"n": 1}, queue="café")
+        claims = queue.claim("w", queues=["café"])
+    assert [(claim.id, claim.args) for claim in claims] == [(job_id, {"n": 1})]
+
+
+async def test_an_async_queue_migrates_in_sql_ascii(dsn, schema):
+    """AsyncQueue.migrate() under SQL_ASCII, then an enqueue and a claim."""
+    async with pgbaton.AsyncQueue(in_client_encoding(dsn, "SQL_ASCII"), schema=schema) as queue:
+        assert await queue.migrate() == [m.version for m in _sql.migrations()]
+        job_id = await queue.enqueue("t", {"n": 1}, queue="café")
+        claims = await queue.claim("w", queues=["café"])
+    assert [(claim.id, claim.args) for claim in claims] == [(job_id, {"n": 1})]
+
+
+def test_migrate_to_on_a_callers_connection_in_sql_ascii(dsn, schema, db):
+    """migrate_to (Django's and Alembic's route) on a caller's connection whose client
+    encoding is SQL_ASCII, which pgbaton leaves as it is."""
+    with psycopg.connect(in_client_encoding(dsn, "SQL_ASCII")) as conn:
+        applied = migrate_to(conn, schema, _sql.schema_version())
+        conn.commit()
+        assert conn.info.parameter_status("client_encoding") == "SQL_ASCII"
+    assert applied == [m.version for m in _sql.migrations()]
+    with pgbaton.Queue(dsn, schema=schema) as queue:
+        assert queue.schema_version() == _sql.schema_version()
 
 
 def test_unmigrated_schema_is_refused_and_nothing_is_created(dsn, schema, db):

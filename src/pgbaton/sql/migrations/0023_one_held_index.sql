@@ -3,8 +3,9 @@
 -- (lease_until, migration 1: the reaper's scan) and jobs_queue_held (queue, migration 4:
 -- a limited queue's held count) had the same rows, lease_until IS NOT NULL, so each
 -- claimed job wrote an entry into both, and again at each heartbeat that moved its lease
--- (benchmarks/results/job-cost-2026-12-06.md: jobs_queue_held alone cost 3.2 µs of
--- server CPU and 73 bytes of WAL a job). jobs_held (queue, lease_until) serves both:
+-- (benchmarks/results/job-cost-2026-12-06.md: jobs_queue_held alone cost 3.2
+-- microseconds of server CPU and 73 bytes of WAL a job). jobs_held (queue, lease_until)
+-- serves both:
 --
 -- - the flow claim's held count (job_claim_flow), the queue list's and the dashboard's
 --   per-queue counts read one queue's entries, an equality on the first column;

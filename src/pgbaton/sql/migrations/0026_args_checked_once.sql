@@ -2,9 +2,10 @@
 -- checked once, when the job is written, not at every new version of its row. The
 -- table's CHECK (jsonb_typeof(args) = 'object') ran at every update of a job, a claim,
 -- a heartbeat, a completion, and read the whole value back from its TOAST table: some
--- 85 µs a row version for 96 kB of args. The insert trigger that wakes the workers
--- already reads the statement's new jobs (its transition table): it checks their args
--- too, and raises what the CHECK raised (check_violation, jobs_args_is_object).
+-- 85 microseconds a row version for 96 kB of args. The insert trigger that wakes the
+-- workers already reads the statement's new jobs (its transition table): it checks
+-- their args too, and raises what the CHECK raised (check_violation,
+-- jobs_args_is_object).
 -- Nothing about a row or a result changes shape, so a previous release's prepared
 -- statements run on as they were (a change of the column's type would not let them:
 -- "cached plan must not change result type"). The drop takes jobs' ACCESS EXCLUSIVE
