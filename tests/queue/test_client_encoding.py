@@ -3,7 +3,8 @@ sign): every single-job enqueue (enqueue, with after=, an idempotency key or uni
 enqueue_once, a task's enqueue) refuses it with one InvalidArgument naming the field
 and the encoding, as enqueue_many does (tests/queue/test_enqueue_copy.py); psycopg
 raises before the statement is sent, so nothing is written and a caller's transaction
-stays usable. Each raised a bare UnicodeEncodeError."""
+stays usable. Each raised a bare UnicodeEncodeError. At the end, what a claim reads back
+in these encodings, marked as failing where it is wrong (reported, not fixed)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,31 @@ async def test_a_tasks_async_enqueue_names_what_the_client_encoding_cannot_carry
         await conn.commit()
     await app.async_queue.close()
     assert [job.id for job in await aqueue.jobs()] == [kept]
+
+
+# -- what a claim reads back in these encodings (reported, not fixed) --------------------
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "under SQL_ASCII psycopg loads text columns as bytes: a claim's task is b't', and a "
+    "worker on such a DSN fails every job with UnknownTask (reported, not fixed)"))
+def test_a_claim_in_sql_ascii_reads_its_task_and_queue_as_text(queue, dsn):
+    """A queue whose DSN sets client_encoding=SQL_ASCII claims a job: its names are str."""
+    with pgbaton.Queue(in_client_encoding(dsn, "SQL_ASCII"), schema=queue.schema) as theirs:
+        job_id = theirs.enqueue("t")
+        claims = theirs.claim("w")
+    assert [(claim.id, claim.task, claim.queue) for claim in claims] == [
+        (job_id, "t", "default")]
+
+
+@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason=(
+    "jsonb is decoded as UTF-8 whatever the client encoding (pgbaton's JsonbBinaryLoader "
+    "and psycopg's own loaders): under LATIN1 a claim of args beyond ASCII raises after "
+    "the claim committed, and the job waits for its lease to run out (reported, not "
+    "fixed)"))
+def test_a_claim_in_latin1_reads_args_beyond_ascii(queue, dsn):
+    """A queue whose DSN sets client_encoding=LATIN1 claims a job with a 'é' in its args."""
+    with pgbaton.Queue(in_client_encoding(dsn, "LATIN1"), schema=queue.schema) as theirs:
+        job_id = theirs.enqueue("t", {"text": "café"})
+        claims = theirs.claim("w")
+    assert [(claim.id, claim.args) for claim in claims] == [(job_id, {"text": "café"})]
