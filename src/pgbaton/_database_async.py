@@ -24,7 +24,7 @@ from ._engine_base import Row, accepted
 from ._parsed_once import ParsedOnceAsyncCursor
 from ._sql import notify_channel
 from ._transient import is_connection_loss, is_prepared_statement_mixup
-from .dsn import merge_options, redact_dsn, resolve_dsn
+from .dsn import CLIENT_ENCODING, merge_options, redact_dsn, resolve_dsn
 from .errors import (
     ConnectionFailed,
     InvalidArgument,
@@ -64,10 +64,12 @@ class PooledConnection(psycopg.AsyncConnection[DictRow]):
 
 
 async def connect(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[DictRow]:
-    """A connection with dict rows, or ConnectionFailed that says which server and why."""
+    """A connection with dict rows in client_encoding UTF8 (dsn.CLIENT_ENCODING), or
+    ConnectionFailed that says which server and why."""
     try:
         return await psycopg.AsyncConnection.connect(
-            dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_SECONDS, **kwargs
+            dsn, row_factory=dict_row, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            client_encoding=CLIENT_ENCODING, **kwargs
         )
     except psycopg.Error as error:
         reason = " ".join(str(error).split()) or type(error).__name__
@@ -310,6 +312,7 @@ class AsyncDatabase:
                 kwargs={
                     "autocommit": True,
                     "row_factory": dict_row,
+                    "client_encoding": CLIENT_ENCODING,
                     **self._statement_kwargs(),
                 },
                 configure=_read_jsonb_binary,

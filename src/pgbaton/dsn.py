@@ -28,6 +28,13 @@ SCHEMA_VARIABLE = "PGBATON_SCHEMA"
 DEFAULT_SCHEMA = "pgbaton"
 DEFAULT_APPLICATION_NAME = "pgbaton"
 
+# The client encoding of every connection pgbaton opens itself (libpq's keyword, which
+# wins over the DSN's client_encoding, PGCLIENTENCODING and `options=-c
+# client_encoding=...` alike): under SQL_ASCII psycopg reads text columns as bytes, and
+# jsonb is read as UTF-8 whatever the encoding. PostgreSQL converts to and from the
+# database's encoding; a caller's own connection (conn=) keeps the encoding it has.
+CLIENT_ENCODING = "UTF8"
+
 # postgresql+psycopg://, postgres+asyncpg://: SQLAlchemy names its driver after a '+'.
 _SQLALCHEMY_SCHEME = re.compile(r"^(postgres(?:ql)?)\+[\w.-]*://", re.IGNORECASE)
 _URI_SCHEME = re.compile(r"^[a-z][\w+.-]*://", re.IGNORECASE)

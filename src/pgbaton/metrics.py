@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from . import _sql
+from .dsn import CLIENT_ENCODING
 from .events import Event
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ class QueueCollector(Collector):
             labels=["queue"],
         )
         with psycopg.connect(self._dsn, autocommit=True,
-                             application_name="pgbaton metrics") as conn:
+                             application_name="pgbaton metrics",
+                             client_encoding=CLIENT_ENCODING) as conn:
             rows: list[tuple[Any, ...]] = conn.execute(self._query).fetchall()
         for (queue, paused, pending, scheduled, running, failed, oldest_age,
              expired_leases) in rows:

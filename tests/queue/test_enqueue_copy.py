@@ -427,7 +427,8 @@ def test_a_connection_in_sql_ascii_copies_what_the_insert_writes(
     """A client_encoding of SQL_ASCII (the queue's DSN, or the caller's connection):
     psycopg sends a str parameter as UTF-8 there, so the INSERT stores text beyond ASCII
     as given; the COPY sends the same bytes and stores the same rows (it raised a bare
-    UnicodeEncodeError, encoding its text to ASCII)."""
+    UnicodeEncodeError, encoding its text to ASCII). The queue's own connections talk
+    UTF8 whatever the DSN says: there the DSN's encoding changes nothing."""
     ascii_dsn = in_client_encoding(dsn, "SQL_ASCII")
     jobs = _texts_everywhere()
     with (pgbaton.Queue(ascii_dsn, schema=queue.schema) as theirs,
@@ -487,19 +488,19 @@ def _refused(field: str) -> str:
             "encoding latin-1 has no '€' \\(U\\+20AC\\); nothing was written")
 
 
-@pytest.mark.parametrize("via", ["pool", "conn"])
-@pytest.mark.parametrize("case", [
-    *(("INSERT", field) for field in UNENCODABLE),
-    *(("COPY", field) for field in UNENCODABLE if field != "idempotency_key"),
-], ids="-".join)
-def test_text_the_client_encoding_cannot_carry_is_named_and_nothing_is_written(
-    queue, dsn, via, case, monkeypatch
+CASES = [*(("INSERT", field) for field in UNENCODABLE),
+         *(("COPY", field) for field in UNENCODABLE if field != "idempotency_key")]
+
+
+@pytest.mark.parametrize("case", CASES, ids="-".join)
+def test_text_a_callers_connection_cannot_carry_is_named_and_nothing_is_written(
+    queue, dsn, case, monkeypatch
 ):
-    """A client_encoding that lacks a character of some job's text (LATIN1 and the euro
-    sign): the INSERT and the COPY both refuse the batch with InvalidArgument naming
-    the job, the field and the encoding, before anything is written; in the caller's
-    transaction the job enqueued before it stays (both raised a bare
-    UnicodeEncodeError)."""
+    """A caller's connection whose client_encoding lacks a character of some job's text
+    (LATIN1 and the euro sign): the INSERT and the COPY both refuse the batch with
+    InvalidArgument naming the job, the field and the encoding, before anything is
+    written; in the caller's transaction the job enqueued before it stays (both raised
+    a bare UnicodeEncodeError)."""
     path, field = case
     latin1_dsn = in_client_encoding(dsn, "LATIN1")
     jobs = _with_bad_job(field)
@@ -507,29 +508,65 @@ def test_text_the_client_encoding_cannot_carry_is_named_and_nothing_is_written(
           psycopg.connect(latin1_dsn) as conn):
         copies = _counted_copies(theirs, monkeypatch)
         theirs.copy_min_jobs = len(jobs) + (path == "INSERT")
-        options = {"conn": conn} if via == "conn" else {}
         kept = theirs.enqueue("kept", {"text": "café"}, conn=conn)
         with pytest.raises(pgbaton.InvalidArgument, match=_refused(field)):
-            theirs.enqueue_many(jobs, **options)
+            theirs.enqueue_many(jobs, conn=conn)
         conn.commit()  # the caller's transaction is still usable
     assert copies == ([len(jobs)] if path == "COPY" else [])
     assert [job.id for job in queue.jobs()] == [kept]
 
 
+def _stored_in_full(db: psycopg.Connection[Any], ids: list[int]) -> list[dict[str, Any]]:
+    """The jobs `ids` as stored (read back in UTF8), in their order, with their
+    idempotency keys; see _given_in_full."""
+    columns = ["idempotency_key", *STORED]
+    rows = db.execute(f"SELECT id, {', '.join(columns)} FROM jobs"  # type: ignore[arg-type]
+                      " WHERE id = ANY(%s) ORDER BY id", (ids,)).fetchall()
+    assert [row["id"] for row in rows] == ids
+    return [{name: row[name] for name in columns} for row in rows]
+
+
+def _given_in_full(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"queue": "default", "key": None, "limit_key": None, "idempotency_key": None,
+             **job} for job in _as_given(jobs)]
+
+
+@pytest.mark.parametrize("case", CASES, ids="-".join)
+def test_text_beyond_a_dsns_client_encoding_is_written_on_the_queues_own_connections(
+    queue, dsn, db, case, monkeypatch
+):
+    """The same batch on the queue's own connections, its DSN in LATIN1: they talk
+    UTF8 whatever the DSN says, and the INSERT and the COPY store every job as given."""
+    path, field = case
+    jobs = _with_bad_job(field)
+    with pgbaton.Queue(in_client_encoding(dsn, "LATIN1"), schema=queue.schema) as theirs:
+        copies = _counted_copies(theirs, monkeypatch)
+        theirs.copy_min_jobs = len(jobs) + (path == "INSERT")
+        ids = theirs.enqueue_many(jobs)
+    assert copies == ([len(jobs)] if path == "COPY" else [])
+    assert _stored_in_full(db, ids) == _given_in_full(jobs)
+
+
 @pytest.mark.parametrize("via", ["pool", "conn"])
 @pytest.mark.parametrize("path", ["INSERT", "COPY"])
-async def test_an_async_batch_the_client_encoding_cannot_carry_writes_nothing(
-    aqueue, dsn, via, path
+async def test_an_async_batch_beyond_latin1_is_refused_by_a_callers_connection_only(
+    aqueue, dsn, db, via, path
 ):
-    """AsyncQueue refuses such a batch as Queue does, by either path."""
+    """AsyncQueue, by either path: a caller's connection in LATIN1 refuses such a batch
+    as Queue's does; the queue's own connections store it as given."""
     latin1_dsn = in_client_encoding(dsn, "LATIN1")
     jobs = _with_bad_job("queue")
     async with (pgbaton.AsyncQueue(latin1_dsn, schema=aqueue.schema) as theirs,
                 await psycopg.AsyncConnection.connect(latin1_dsn) as conn):
         theirs.copy_min_jobs = len(jobs) + (path == "INSERT")
-        options = {"conn": conn} if via == "conn" else {}
         kept = await theirs.enqueue("kept", conn=conn)
-        with pytest.raises(pgbaton.InvalidArgument, match=_refused("queue")):
-            await theirs.enqueue_many(jobs, **options)
+        if via == "conn":
+            with pytest.raises(pgbaton.InvalidArgument, match=_refused("queue")):
+                await theirs.enqueue_many(jobs, conn=conn)
+        else:
+            ids = await theirs.enqueue_many(jobs)
         await conn.commit()
-    assert [job.id for job in await aqueue.jobs()] == [kept]
+    if via == "conn":
+        assert [job.id for job in await aqueue.jobs()] == [kept]
+    else:
+        assert _stored_in_full(db, ids) == _given_in_full(jobs)

@@ -290,8 +290,8 @@ SQL_FOLDER = Path(pgbaton.__file__).parent / "sql"
 def test_every_sql_file_is_ascii():
     """The statements and migrations hold ASCII alone, comments included: psycopg
     encodes a statement's text in the connection's client encoding, ASCII under
-    SQL_ASCII (LATIN1 has no euro sign either), on pgbaton's connections and on a
-    caller's (migrate_to: a Django migration, an Alembic revision) alike. Migrations
+    SQL_ASCII (LATIN1 has no euro sign either), on a caller's connection (migrate_to:
+    a Django migration, an Alembic revision); pgbaton's own talk UTF8. Migrations
     23 and 26 held a micro sign: migrate() raised UnicodeEncodeError under SQL_ASCII."""
     files = sorted(SQL_FOLDER.rglob("*.sql"))
     assert len(files) > len(_sql.migrations())

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 
 import psycopg
 
+from ..dsn import CLIENT_ENCODING
+
 logger = logging.getLogger("pgbaton.web")
 POLL_SECONDS = 2.0
 RETRY_SECONDS = 2.0
@@ -110,7 +112,8 @@ class LiveHub:
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, application_name="pgbaton dashboard live"
+                    self._dsn, autocommit=True, application_name="pgbaton dashboard live",
+                    client_encoding=CLIENT_ENCODING,
                 )
                 async with conn:
                     await conn.execute(f'LISTEN "{self._channel}"')

@@ -12,6 +12,7 @@ import psycopg_pool
 from psycopg.rows import DictRow, dict_row
 
 from .. import _sql
+from ..dsn import CLIENT_ENCODING
 from ..job_filter import JobFilter
 
 Row = dict[str, Any]
@@ -50,6 +51,7 @@ class Store:
                 "autocommit": True,
                 "row_factory": dict_row,
                 "application_name": "pgbaton dashboard",
+                "client_encoding": CLIENT_ENCODING,
                 # Filters are optional (`%(task)s IS NULL OR task = %(task)s`): a plan
                 # made for the values at hand drops the absent ones and can use an
                 # index for the present ones; a generic plan could do neither.
