@@ -72,6 +72,7 @@ def release_statements(version: int, schema: str) -> dict[str, str]:
         name: (holes.sub(put, body) if fragments else body)
         .replace(_sql.SCHEMA_PLACEHOLDER, f'"{schema}"')
         .replace(_sql.ENDED_CHANNEL_PLACEHOLDER, f'"{_sql.ended_channel(schema)}"')
+        .replace(_sql.CANCELLED_CHANNEL_PLACEHOLDER, f'"{_sql.cancelled_channel(schema)}"')
         .replace(_sql.CHANNEL_PLACEHOLDER, f'"{_sql.notify_channel(schema)}"')
         for name, body in statements.items()
     }

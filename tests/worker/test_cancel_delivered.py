@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 import pgbaton
+from pgbaton import _sql
 from pgbaton._sql import cancelled_channel
 from pgbaton.worker import Worker, WorkerConfig
 
@@ -60,6 +61,11 @@ def start(app: pgbaton.App, worker_id: str) -> tuple[Worker, asyncio.Task[int]]:
     return worker, asyncio.create_task(worker.run())
 
 
+async def listening(worker: Worker) -> None:
+    """Until the worker LISTENs on both channels (wake("listen") comes after both)."""
+    await wait_for(lambda: worker.stats["wakeups_listen"] >= 1, "the worker's LISTEN")
+
+
 async def stop(worker: Worker, running: asyncio.Task[int]) -> int:
     worker.request_stop()
     return await asyncio.wait_for(running, DEADLINE_SECONDS)
@@ -77,6 +83,7 @@ async def test_a_running_handler_is_stopped_by_its_cancel_within_seconds(queue, 
     worker, running = start(app, f"cancel-{uuid.uuid4().hex[:8]}")
     try:
         await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        await listening(worker)
         cancelled_at = time.monotonic()
         assert queue.cancel(job_id)
         await wait_for(lambda: hanging.stopped_at is not None, "the handler to be cancelled",
@@ -87,6 +94,7 @@ async def test_a_running_handler_is_stopped_by_its_cancel_within_seconds(queue, 
         assert worker.stats["cancels_heard"] == 1
     finally:
         code = await stop(worker, running)
+        app.queue.close()
     assert hanging.stopped_at is not None and hanging.stopped_at - cancelled_at < CANCEL_SECONDS
     assert row(db, job_id)["status"] == "cancelled"
     assert code == 0
@@ -100,9 +108,12 @@ async def test_a_forged_or_garbled_notification_stops_nothing(queue, db, dsn, sc
     channel = cancelled_channel(schema)
     try:
         await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        await listening(worker)
         before = row(db, job_id)["lease_until"]
+        # Only the id as PostgreSQL prints it is one: not "0042", " 42" or "4_2", which
+        # Python's int() would take.
         for payload in ("", "abc", "-1", "9" * 40, "1e3", "<script>", "'; DROP TABLE jobs; --",
-                        str(job_id)):
+                        f"0{job_id}", f" {job_id}", f"{job_id} ", "\u0661", str(job_id)):
             db.execute("SELECT pg_notify(%s, %s)", (channel, payload))
         # The one naming its job makes the worker beat now: the fenced beat finds the
         # claim still held and only extends its lease, 20 s early.
@@ -114,6 +125,7 @@ async def test_a_forged_or_garbled_notification_stops_nothing(queue, db, dsn, sc
         await wait_for(lambda: row(db, job_id)["status"] == "done", "the job to complete")
     finally:
         code = await stop(worker, running)
+        app.queue.close()
     assert hanging.stopped_at is None
     assert code == 0
 
@@ -148,6 +160,59 @@ async def test_a_cancel_sent_while_the_listener_was_down_is_caught_when_it_is_ba
                        CANCEL_SECONDS)
     finally:
         code = await stop(worker, running)
+        app.queue.close()
     assert hanging.stopped_at is not None and hanging.stopped_at - cancelled_at < CANCEL_SECONDS
     assert worker.stats["cancels_heard"] == 0  # no notification reached it: the reconnect did
     assert code == 0
+
+
+async def test_a_cancel_heard_while_the_claim_is_on_its_way_is_not_lost(queue, db, dsn, schema):
+    """The cancel commits after the claim and before its answer reaches the worker: the
+    worker hears of a job it does not hold yet, keeps the id a while, and beats once the
+    claim brings the job."""
+    app = pgbaton.App(dsn, schema=schema)
+    hanging = Hanging(app)
+    job_id = hanging.task.defer()
+    worker, running = start(app, f"inflight-{uuid.uuid4().hex[:8]}")
+    claim_batch = worker.queue.engine.claim_batch
+
+    async def claim_then_cancel(*args: Any, **kwargs: Any) -> Any:
+        batch = await claim_batch(*args, **kwargs)
+        if any(c.id == job_id for c in batch.claims):
+            worker.queue.engine.claim_batch = claim_batch  # once
+            await asyncio.to_thread(queue.cancel, job_id)
+            await wait_for(lambda: job_id in worker._cancels_unheld,
+                           "the worker to hear the cancel of a job it does not hold yet")
+        return batch
+
+    worker.queue.engine.claim_batch = claim_then_cancel  # type: ignore[method-assign]
+    try:
+        await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        cancelled_at = time.monotonic()
+        await wait_for(lambda: hanging.stopped_at is not None, "the handler to be cancelled",
+                       CANCEL_SECONDS)
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert hanging.stopped_at is not None and hanging.stopped_at - cancelled_at < CANCEL_SECONDS
+    assert worker.stats["cancels_heard"] == 1
+    assert row(db, job_id)["status"] == "cancelled"
+    assert code == 0
+
+
+def test_only_a_cancel_under_a_holder_is_announced(queue, db, schema):
+    """A cancel keeps the holder's token (job_cancel: the worker must hear); a handler's
+    own Cancel clears it (job_end_many: its worker knows). Only the first sends a
+    notification. Both are written here on the listening session, which hears its own
+    NOTIFYs with its commit: nothing is waited for."""
+    first, second = queue.enqueue("t"), queue.enqueue("t")
+    assert len(queue.claim("w", limit=2, lease=60)) == 2
+    heard: list[str] = []
+    db.add_notify_handler(lambda n: heard.append(n.payload))
+    db.execute(f'LISTEN "{cancelled_channel(schema)}"')  # type: ignore[arg-type]
+    db.execute(_sql.queries(schema)["job_cancel"], {"id": first})  # type: ignore[arg-type]
+    db.execute("UPDATE jobs SET status = 'cancelled', claim_token = NULL, lease_until = NULL,"
+               " finished_at = now() WHERE id = %s AND status = 'running'", (second,))
+    db.execute("SELECT 1")
+    assert heard == [str(first)]
+    assert [row(db, j)["status"] for j in (first, second)] == ["cancelled", "cancelled"]

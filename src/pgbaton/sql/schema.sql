@@ -1201,7 +1201,8 @@ CREATE TRIGGER jobs_notify_ended_by_delete
 -- out on `<schema>_cancelled`; the worker that holds the job checks its claim with its
 -- fenced heartbeat and stops the handler now, or a job claimed ahead before it starts,
 -- instead of at its next heartbeat (a third of the lease). A payload proves nothing: the
--- heartbeat's token decides. The WHEN is false for every other change of status.
+-- heartbeat's token decides. The WHEN is false for every other change of status, and
+-- for a handler's own `Cancel` (job_end_many clears the token: its worker knows).
 CREATE FUNCTION __schema__.jobs_notify_cancelled() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -1213,7 +1214,8 @@ $$;
 CREATE TRIGGER jobs_notify_cancelled
     AFTER UPDATE OF status ON __schema__.jobs
     FOR EACH ROW
-    WHEN (OLD.status = 'running' AND NEW.status = 'cancelled')
+    WHEN (OLD.status = 'running' AND NEW.status = 'cancelled'
+          AND NEW.claim_token IS NOT NULL)
     EXECUTE FUNCTION __schema__.jobs_notify_cancelled();
 
 -- Each job's own log lines (migration 15, docs/howto/progress-and-logs.md).

@@ -28,6 +28,8 @@ logger = logging.getLogger("pgbaton.worker")
 FENCE_MARGIN_FRACTION = 0.2
 FENCE_IDLE_SECONDS = 1.0
 PROBE_SECONDS = 1.0  # how often an unreachable database is asked again
+# Beats made early by cancel notifications (beat_now) come at most this often.
+EARLY_BEAT_GAP_SECONDS = 0.25
 # The progress handlers report (ctx.progress) is written at most this often, in one
 # statement for every running job that reported since (docs/howto/progress-and-logs.md).
 PROGRESS_FLUSH_SECONDS = 1.0
@@ -47,6 +49,7 @@ class Heartbeat:
         self.default_lease = default_lease
         self._notify = notify
         self._due = 0.0  # monotonic time of the next beat
+        self._early_at = -EARLY_BEAT_GAP_SECONDS  # when the last early beat was due
 
     async def run(self) -> None:
         """Beat until cancelled; raises what is not a lost connection (the supervisor
@@ -97,11 +100,17 @@ class Heartbeat:
             self._notify("connection.restored", None)
 
     def beat_now(self) -> None:
-        """Beat at once: a job this worker holds may have been cancelled (a NOTIFY on
+        """Beat soon: a job this worker holds may have been cancelled (a NOTIFY on
         `<schema>_cancelled`). The beat is fenced by each claim's token, so a claim
         found gone stops its handler (_lose) and one still held only has its lease
-        extended early: a notification decides nothing by itself."""
-        self._due = self.held.now()
+        extended early: a notification decides nothing by itself. Anyone who can log in
+        can NOTIFY, so such beats come at most every EARLY_BEAT_GAP_SECONDS, and none
+        while beats do not get through (the probe's pace stands)."""
+        if not self.held.heartbeat_ok.is_set():
+            return
+        soonest = self._early_at + EARLY_BEAT_GAP_SECONDS
+        self._due = max(self.held.now(), soonest)
+        self._early_at = self._due
         self.held.changed.set()
 
     async def extend_one(self, context: JobContext) -> bool:

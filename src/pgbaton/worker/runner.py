@@ -68,6 +68,10 @@ jobs_logger = logging.getLogger("pgbaton.jobs")
 
 SYNC_STOP_GRACE_SECONDS = 2.0
 FORCED_STOP_SECONDS = 1.0
+# Cancels heard for jobs this worker does not hold are kept this long, at most this many:
+# a claim whose answer is on its way may bring one (Worker._cancelled).
+CANCEL_KEPT_SECONDS = 10.0
+MAX_CANCELS_KEPT = 1024
 # How long a stopping worker sends its release again through passing errors before it
 # leaves the jobs to their leases (and exits).
 STOP_RELEASE_SECONDS = 10.0
@@ -90,6 +94,8 @@ class Worker:
         )
         self.events = app.events
         self.stats: Counter[str] = Counter()
+        # Job id -> when its cancel was heard, for jobs not held then (_cancelled).
+        self._cancels_unheld: dict[int, float] = {}
         self.exit_status = 0
         # claim_ahead "auto": the producer sizes each claim's jobs ahead, and jobs held
         # past the hold limit are handed back (docs/explanation/architecture.md, "Claiming
@@ -298,18 +304,37 @@ class Worker:
             if len(self.held):
                 self.heartbeat.beat_now()
             return
-        try:
-            job_id = int(payload)
-        except ValueError:
-            return  # not a payload of ours: nothing to look for
+        # The trigger's payload is an id as PostgreSQL prints it; anything else ("0042",
+        # " 42", "4_2", which int() would take) is not one of ours.
+        if not (payload.isascii() and payload.isdigit()) or payload != str(int(payload)):
+            return
+        job_id = int(payload)
         if any(r.claim.id == job_id and not (r.finished or r.lost) for r in self.held):
             self.stats["cancels_heard"] += 1
             self.heartbeat.beat_now()
+            return
+        # Not held, unless a claim is on its way with it: its cancel may have committed
+        # after the claim and before the claim's answer. Kept a while, for _started.
+        now = self.held.now()
+        self._cancels_unheld[job_id] = now
+        if len(self._cancels_unheld) > MAX_CANCELS_KEPT:
+            self._cancels_unheld = {
+                i: at for i, at in self._cancels_unheld.items()
+                if now - at < CANCEL_KEPT_SECONDS}
+            while len(self._cancels_unheld) > MAX_CANCELS_KEPT:
+                del self._cancels_unheld[next(iter(self._cancels_unheld))]
 
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
         self.stats["claims"] += 1  # that brought jobs: claimed / claims, their size
         self.executor.start(claims, sent_at)
+        if self._cancels_unheld:
+            # Cancelled while this claim's answer was on its way (_cancelled)?
+            now = self.held.now()
+            heard = [self._cancels_unheld.pop(c.id, None) for c in claims]
+            if any(at is not None and now - at < CANCEL_KEPT_SECONDS for at in heard):
+                self.stats["cancels_heard"] += 1
+                self.heartbeat.beat_now()
         if self.events.active:
             at, worker_id = time.time(), self.worker_id
             # Positional: a keyword call of Event costs twice as much
