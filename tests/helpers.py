@@ -18,6 +18,17 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+# A job's text field holding a character LATIN1 has not, and the error's words for it
+# (tests/queue/test_client_encoding.py, test_enqueue_copy.py).
+UNENCODABLE_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
+    "task": ({"task": "5 €"}, "task '5 €'"),
+    "queue": ({"queue": "5 €"}, "queue '5 €'"),
+    "key": ({"key": "5 €"}, "key '5 €'"),
+    "limit_key": ({"limit_key": "5 €"}, "limit_key '5 €'"),
+    "args": ({"args": {"price": "5 €"}}, "args for task 't'"),
+    "idempotency_key": ({"idempotency_key": "5 €"}, "idempotency_key '5 €'"),
+}
+
 
 def in_client_encoding(dsn: str, encoding: str) -> str:
     """`dsn` with every connection's client_encoding set at connect (SQL_ASCII, LATIN1)."""

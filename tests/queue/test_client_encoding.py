@@ -25,17 +25,9 @@ from psycopg.conninfo import make_conninfo
 
 import pgbaton
 from pgbaton import Unique
-from tests.helpers import in_client_encoding
+from tests.helpers import UNENCODABLE_FIELDS, in_client_encoding
 
-# A field holding a character LATIN1 has not, and the error's words for it.
-FIELDS = {
-    "task": ({"task": "5 €"}, "task '5 €'"),
-    "queue": ({"queue": "5 €"}, "queue '5 €'"),
-    "key": ({"key": "5 €"}, "key '5 €'"),
-    "limit_key": ({"limit_key": "5 €"}, "limit_key '5 €'"),
-    "args": ({"args": {"price": "5 €"}}, "args for task 't'"),
-    "idempotency_key": ({"idempotency_key": "5 €"}, "idempotency_key '5 €'"),
-}
+FIELDS = UNENCODABLE_FIELDS
 
 # Each single-job enqueue, as (call, options): enqueue_once takes an idempotency key
 # or unique=; after= and unique= refuse one.

@@ -15,7 +15,7 @@ import pgbaton
 from pgbaton._copy_rows import COPY_CHUNK_ROWS, CopyRows
 from pgbaton._queue import enqueueing
 from pgbaton.limits import INT4_MAX, INT4_MIN, MAX_JSON_DEPTH
-from tests.helpers import in_client_encoding
+from tests.helpers import UNENCODABLE_FIELDS, in_client_encoding
 
 # Values that would break a hand-written COPY line or an unquoted statement: the COPY
 # delimiters and escapes, SQL, markup, NULs spelled out, and text beyond ASCII.
@@ -465,15 +465,7 @@ async def test_an_async_connection_in_sql_ascii_copies_what_the_insert_writes(
     assert _stored(db, copied) == _stored(db, inserted) == _as_given(jobs)
 
 
-# A job's text field holding a character LATIN1 has not, and the error's words for it.
-UNENCODABLE = {
-    "task": ({"task": "5 €"}, "task '5 €'"),
-    "queue": ({"queue": "5 €"}, "queue '5 €'"),
-    "key": ({"key": "5 €"}, "key '5 €'"),
-    "limit_key": ({"limit_key": "5 €"}, "limit_key '5 €'"),
-    "args": ({"args": {"price": "5 €"}}, "args for task 't'"),
-    "idempotency_key": ({"idempotency_key": "5 €"}, "idempotency_key '5 €'"),
-}
+UNENCODABLE = UNENCODABLE_FIELDS
 
 
 def _with_bad_job(field: str, count: int = 600) -> list[dict[str, Any]]:
