@@ -19,6 +19,7 @@ import pgbaton
 from pgbaton import _sql
 from pgbaton._sql import cancelled_channel
 from pgbaton.worker import Worker, WorkerConfig
+from pgbaton.worker.heartbeat import EARLY_BEAT_GAP_SECONDS
 
 LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s
 CANCEL_SECONDS = 5.0  # far inside that: only the delivered cancel can be this quick
@@ -127,6 +128,43 @@ async def test_a_forged_or_garbled_notification_stops_nothing(queue, db, dsn, sc
         code = await stop(worker, running)
         app.queue.close()
     assert hanging.stopped_at is None
+    assert code == 0
+
+
+async def test_a_flood_of_notifications_makes_at_most_one_early_beat_a_gap(
+    queue, db, dsn, schema
+):
+    """Anyone who can log in can NOTIFY: 400 notifications naming a held job, each in a
+    transaction of its own (PostgreSQL folds identical ones within one), make the worker
+    beat early at most once every EARLY_BEAT_GAP_SECONDS, not once each."""
+    app = pgbaton.App(dsn, schema=schema)
+    hanging = Hanging(app)
+    job_id = hanging.task.defer()
+    worker, running = start(app, f"flood-{uuid.uuid4().hex[:8]}")
+    channel = cancelled_channel(schema)
+    flood = 400
+    try:
+        await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
+        await listening(worker)
+        beats = worker.stats["heartbeats"]
+        began = time.monotonic()
+
+        def send() -> None:  # from a thread: the worker hears them as they come
+            with psycopg.connect(dsn, autocommit=True) as flooder:
+                for _ in range(flood):
+                    flooder.execute("SELECT pg_notify(%s, %s)", (channel, str(job_id)))
+
+        await asyncio.to_thread(send)
+        await wait_for(lambda: worker.stats["cancels_heard"] == flood, "every notification")
+        await wait_for(lambda: worker.stats["heartbeats"] > beats, "an early beat")
+        took = time.monotonic() - began
+        early = worker.stats["heartbeats"] - beats
+        hanging.let_go.set()
+        await wait_for(lambda: row(db, job_id)["status"] == "done", "the job to complete")
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert 1 <= early <= took / EARLY_BEAT_GAP_SECONDS + 2, (early, took)
     assert code == 0
 
 

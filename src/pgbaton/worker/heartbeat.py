@@ -108,9 +108,10 @@ class Heartbeat:
         while beats do not get through (the probe's pace stands)."""
         if not self.held.heartbeat_ok.is_set():
             return
-        soonest = self._early_at + EARLY_BEAT_GAP_SECONDS
-        self._due = max(self.held.now(), soonest)
-        self._early_at = self._due
+        due = max(self.held.now(), self._early_at + EARLY_BEAT_GAP_SECONDS)
+        if self._due and self._due <= due:
+            return  # a beat is due by then already
+        self._due = self._early_at = due
         self.held.changed.set()
 
     async def extend_one(self, context: JobContext) -> bool:

@@ -315,14 +315,12 @@ class Worker:
             return
         # Not held, unless a claim is on its way with it: its cancel may have committed
         # after the claim and before the claim's answer. Kept a while, for _started.
-        now = self.held.now()
-        self._cancels_unheld[job_id] = now
+        # Oldest first (a dict keeps its order): past the cap the oldest goes, one step
+        # a notification however many come; _started judges their age.
+        self._cancels_unheld.pop(job_id, None)
+        self._cancels_unheld[job_id] = self.held.now()
         if len(self._cancels_unheld) > MAX_CANCELS_KEPT:
-            self._cancels_unheld = {
-                i: at for i, at in self._cancels_unheld.items()
-                if now - at < CANCEL_KEPT_SECONDS}
-            while len(self._cancels_unheld) > MAX_CANCELS_KEPT:
-                del self._cancels_unheld[next(iter(self._cancels_unheld))]
+            del self._cancels_unheld[next(iter(self._cancels_unheld))]
 
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
