@@ -9,7 +9,7 @@ import re
 import unicodedata
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ._encoding import to_json
@@ -439,6 +439,13 @@ def encodable(jobs: Sequence[object], *, numbered: bool = True) -> Iterator[None
         if refused is None:
             raise
         raise refused from None
+
+
+def encodable_job(**text: Any) -> AbstractContextManager[None]:
+    """encodable around the enqueue of one job, given its text fields (task, args,
+    queue, key, idempotency_key, limit_key): psycopg encodes them in the connection's
+    client encoding, which may lack a character; the message names the field."""
+    return encodable([text], numbered=False)
 
 
 def retry_delay(attempts: int, retry_in: float | None) -> float:

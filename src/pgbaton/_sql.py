@@ -72,19 +72,18 @@ def _sections() -> tuple[dict[str, str], dict[str, str]]:
     return statements, fragments
 
 
-def fragment(name: str) -> str:
+def _as_put(fragment: str) -> str:
     """A fragment as it is put in place: its SQL, without its comments, in parentheses."""
-    lines = [line for line in _sections()[1][name].splitlines()
-             if not line.lstrip().startswith("--")]
+    lines = [line for line in fragment.splitlines() if not line.lstrip().startswith("--")]
     return "(" + "\n".join(lines) + ")"
 
 
-def _fill(body: str, fragments: dict[str, str]) -> str:
-    """The statement with each __<fragment>__ replaced, its lines indented to where
-    the hole was."""
+def fill(body: str, fragments: dict[str, str]) -> str:
+    """The statement with each __<fragment>__ replaced (fragments: by name, as
+    written), its lines indented to where the hole was."""
     def put(match: re.Match[str]) -> str:
         column = match.start() - (body.rfind("\n", 0, match.start()) + 1)
-        return fragment(match[1]).replace("\n", "\n" + " " * column)
+        return _as_put(fragments[match[1]]).replace("\n", "\n" + " " * column)
 
     if not fragments:
         return body
@@ -92,25 +91,28 @@ def _fill(body: str, fragments: dict[str, str]) -> str:
     return holes.sub(put, body)
 
 
+def bind(body: str, schema: str) -> str:
+    """A statement bound to one schema: its name and its NOTIFY channels in place."""
+    return (
+        _in_schema(body, schema)
+        .replace(ENDED_CHANNEL_PLACEHOLDER, f'"{ended_channel(schema)}"')
+        .replace(CANCELLED_CHANNEL_PLACEHOLDER, f'"{cancelled_channel(schema)}"')
+        # Last: the other channels' placeholders contain this one.
+        .replace(CHANNEL_PLACEHOLDER, f'"{notify_channel(schema)}"')
+    )
+
+
 @functools.cache
 def _raw_queries() -> dict[str, str]:
     """Every named statement of the query files, its fragments in place."""
     statements, fragments = _sections()
-    return {name: _fill(body, fragments) for name, body in statements.items()}
+    return {name: fill(body, fragments) for name, body in statements.items()}
 
 
 @functools.cache
 def queries(schema: str) -> dict[str, str]:
     """Every named statement, bound to one schema."""
-    channel = f'"{notify_channel(schema)}"'
-    ended = f'"{ended_channel(schema)}"'
-    cancelled = f'"{cancelled_channel(schema)}"'
-    return {
-        name: _in_schema(body, schema).replace(ENDED_CHANNEL_PLACEHOLDER, ended)
-        .replace(CANCELLED_CHANNEL_PLACEHOLDER, cancelled)
-        .replace(CHANNEL_PLACEHOLDER, channel)
-        for name, body in _raw_queries().items()
-    }
+    return {name: bind(body, schema) for name, body in _raw_queries().items()}
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,9 @@ def released_versions() -> list[int]:
 
 def release_statements(version: int, schema: str) -> dict[str, str]:
     """Every statement of the release of that schema version, by name, as it sent them
-    for `schema`: its fragments put in place and its placeholders filled as its loader
-    did (src/pgbaton/_sql.py; these parts of it have not changed since)."""
+    for `schema`: its fragments put in place and its placeholders filled by this
+    release's loader (src/pgbaton/_sql.py: fill and bind), which fills them as that
+    release's did, placeholders it did not have aside."""
     text = (PREVIOUS_RELEASES / f"queries_v{version}.sql").read_text(encoding="utf-8")
     statements: dict[str, str] = {}
     fragments: dict[str, str] = {}
@@ -60,22 +61,8 @@ def release_statements(version: int, schema: str) -> dict[str, str]:
         for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
             assert name not in statements and name not in fragments, name
             (statements if kind == "name" else fragments)[name] = body.strip()
-
-    def put(match: re.Match[str]) -> str:
-        column = match.start() - (match.string.rfind("\n", 0, match.start()) + 1)
-        lines = [line for line in fragments[match[1]].splitlines()
-                 if not line.lstrip().startswith("--")]
-        return ("(" + "\n".join(lines) + ")").replace("\n", "\n" + " " * column)
-
-    holes = re.compile(r"__(" + "|".join(map(re.escape, fragments)) + r")__")
-    return {
-        name: (holes.sub(put, body) if fragments else body)
-        .replace(_sql.SCHEMA_PLACEHOLDER, f'"{schema}"')
-        .replace(_sql.ENDED_CHANNEL_PLACEHOLDER, f'"{_sql.ended_channel(schema)}"')
-        .replace(_sql.CANCELLED_CHANNEL_PLACEHOLDER, f'"{_sql.cancelled_channel(schema)}"')
-        .replace(_sql.CHANNEL_PLACEHOLDER, f'"{_sql.notify_channel(schema)}"')
-        for name, body in statements.items()
-    }
+    return {name: _sql.bind(_sql.fill(body, fragments), schema)
+            for name, body in statements.items()}
 
 
 # -- drivers: each release's statements, run with the parameters it gave them ----------

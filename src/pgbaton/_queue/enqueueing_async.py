@@ -19,6 +19,7 @@ from .. import dependencies
 from .._checks import (
     JOB_DEFAULTS,
     encodable,
+    encodable_job,
     encode_job_rows,
     job_params,
     many_job_params,
@@ -72,11 +73,8 @@ class AsyncEnqueueing(AsyncJobWrites):
         unique: a job of the same unique key that blocks this one is kept (its id comes
         back), replaced or pushed back instead (docs/howto/unique.md)."""
         dependencies.check_after_failure("", after_failure)
-        # psycopg encodes the job's text in the connection's client encoding, which
-        # may lack a character (encodable names it).
-        sent = {"task": task, "args": args, "queue": queue, "key": key,
-                "idempotency_key": idempotency_key, "limit_key": limit_key}
-        with encodable([sent], numbered=False):
+        with encodable_job(task=task, args=args, queue=queue, key=key,
+                           idempotency_key=idempotency_key, limit_key=limit_key):
             if unique is not None:
                 return (await self._enqueue_unique(
                     task, args, unique, queue=queue, priority=priority, run_at=run_at,
@@ -176,11 +174,8 @@ class AsyncEnqueueing(AsyncJobWrites):
         returned as it is (its args are not compared), and nothing is written. With
         unique= instead of a key: enqueue(unique=), saying what it did (Enqueued's
         outcome: created, kept, replaced or debounced; docs/howto/unique.md)."""
-        # psycopg encodes the job's text in the connection's client encoding, which
-        # may lack a character (encodable names it).
-        sent = {"task": task, "args": args, "queue": queue, "key": key,
-                "idempotency_key": idempotency_key, "limit_key": limit_key}
-        with encodable([sent], numbered=False):
+        with encodable_job(task=task, args=args, queue=queue, key=key,
+                           idempotency_key=idempotency_key, limit_key=limit_key):
             if unique is not None:
                 return await self._enqueue_unique(
                     task, args, unique, queue=queue, priority=priority, run_at=run_at,
