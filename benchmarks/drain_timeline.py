@@ -49,7 +49,7 @@ from pgbaton.worker import Worker, WorkerConfig, loop
 from . import case
 from .profile_drain import fresh
 from .systems import pgbaton_system
-from .systems.pgbaton_system import SCHEMA, PgbatonSystem
+from .systems.pgbaton_system import PgbatonSystem
 
 # The worker's hot path: what a drain of no-op jobs sends.
 STATEMENTS = ("claim_batch", "start_many", "complete_many")
@@ -150,11 +150,7 @@ class TimedSystem(PgbatonSystem):
 
 async def drain(dsn: str, claim_ahead: int | str, jobs: int, concurrency: int
                 ) -> dict[str, Any]:
-    system = TimedSystem(dsn, claim_ahead)
-    await system.open()
-    assert system.db is not None
-    await system.db.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")  # type: ignore[arg-type]
-    await system.install()
+    system = await fresh(dsn, TimedSystem(dsn, claim_ahead))
     timeline = Timeline()
     try:
         with timed_statements(timeline):

@@ -46,8 +46,10 @@ BATCH = 1_000
 CONCURRENCY = 32
 
 
-async def fresh(dsn: str) -> PgbatonSystem:
-    system = PgbatonSystem(dsn)
+async def fresh(dsn: str, system: PgbatonSystem | None = None) -> PgbatonSystem:
+    """The system (pgbaton's bench adapter, or one given) on a schema dropped and
+    migrated anew."""
+    system = system or PgbatonSystem(dsn)
     system.db = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     await system.db.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")  # type: ignore[arg-type]
     await system.install()
