@@ -4,6 +4,7 @@ another client encoding."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing
 import queue
@@ -28,6 +29,18 @@ UNENCODABLE_FIELDS: dict[str, tuple[dict[str, Any], str]] = {
     "args": ({"args": {"price": "5 €"}}, "args for task 't'"),
     "idempotency_key": ({"idempotency_key": "5 €"}, "idempotency_key '5 €'"),
 }
+
+
+async def wait_for(condition: Callable[[], Any], what: str, seconds: float = 30.0) -> Any:
+    """Await until condition() is truthy, and return it; fail after `seconds`, saying
+    what was awaited. The condition runs in a thread (it may query the database), so the
+    loop, and an in-process worker on it, run meanwhile."""
+    deadline = time.monotonic() + seconds
+    while not (found := await asyncio.to_thread(condition)):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return found
 
 
 def in_client_encoding(dsn: str, encoding: str) -> str:

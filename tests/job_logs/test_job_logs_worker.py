@@ -9,8 +9,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 import pytest
@@ -20,6 +18,7 @@ import pgbaton
 from pgbaton.events import Event
 from pgbaton.testing import drain
 from pgbaton.worker import Worker, WorkerConfig
+from tests.helpers import wait_for
 
 log = logging.getLogger("tests.job_logs_worker")
 log.setLevel(logging.DEBUG)  # the root logger stays at WARNING in the test process
@@ -35,15 +34,6 @@ def app(queue: pgbaton.Queue, dsn: str, schema: str) -> pgbaton.App:
 def lines_of(db: psycopg.Connection[DictRow]) -> dict[tuple[int, int], list[str]]:
     rows = db.execute("SELECT job_id, attempt, lines FROM job_logs ORDER BY job_id, attempt")
     return {(r["job_id"], r["attempt"]): [e["message"] for e in r["lines"]] for r in rows}
-
-
-async def wait_for(condition: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not (found := await asyncio.to_thread(condition)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-    return found
 
 
 def test_concurrent_async_and_sync_handlers_keep_their_own_lines(app, queue, db):

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 import pytest
@@ -17,6 +14,7 @@ from psycopg.rows import DictRow
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
+from tests.helpers import wait_for
 
 DEADLINE_SECONDS = 30.0
 
@@ -24,15 +22,6 @@ DEADLINE_SECONDS = 30.0
 @pytest.fixture
 def app(queue: pgbaton.Queue, dsn: str, schema: str) -> pgbaton.App:
     return pgbaton.App(dsn, schema=schema)
-
-
-async def wait_for(condition: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not (found := await asyncio.to_thread(condition)):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return found
 
 
 def row_of(db: psycopg.Connection[DictRow], job_id: int) -> DictRow:

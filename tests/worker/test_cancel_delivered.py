@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -20,18 +19,11 @@ from pgbaton import _sql
 from pgbaton._sql import cancelled_channel
 from pgbaton.worker import Worker, WorkerConfig
 from pgbaton.worker.heartbeat import EARLY_BEAT_GAP_SECONDS
+from tests.helpers import wait_for
 
 LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s
 CANCEL_SECONDS = 5.0  # far inside that: only the delivered cancel can be this quick
 DEADLINE_SECONDS = 30.0
-
-
-async def wait_for(condition: Callable[[], Any], what: str,
-                   seconds: float = DEADLINE_SECONDS) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {seconds} s waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 class Hanging:

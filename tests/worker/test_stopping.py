@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 from pgbaton.worker.runner import FORCED_STOP_SECONDS, STOP_RELEASE_SECONDS
+from tests.helpers import wait_for
 
 DEADLINE_SECONDS = 30.0
-
-
-async def wait_for(condition: Callable[[], Any], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_second_stop_cuts_the_release_of_an_in_process_worker(queue, db, dsn, schema):
