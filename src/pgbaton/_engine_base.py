@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -77,14 +78,28 @@ def read_claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBa
 
 
 def renew_leases(claims: Sequence[Claim], rows: list[Row], *, started: bool = False) -> None:
-    """Give each claim still held (a row of its position) its new lease_until, and with
-    `started`, mark it started."""
+    """Give each claim still held (a row of its position) its new lease_until, and mark
+    it started: all with `started` (start_many), else those whose handler had begun (the
+    heartbeat recorded their start)."""
     leases = {row["position"]: row["lease_until"] for row in rows}
     for position, claim in enumerate(claims, start=1):
         if position in leases:
             claim.lease_until = leases[position]
-            if started:
+            if started or claim.began is not None:
                 claim.started = True
+
+
+def run_times(claims: Sequence[Claim], *, ended: bool) -> list[float | None]:
+    """How long each claim's handler has run as the write is sent, for the writes that
+    record the start of a job claimed ahead (job_complete_many, job_heartbeat_many).
+    None where the start is recorded already, or (a heartbeat) the handler has not
+    begun; an outcome of a claim whose handler's start no one measured (a caller of
+    claim_batch's own) records its start as now."""
+    now = time.monotonic()
+    return [None if claim.started
+            else now - claim.began if claim.began is not None
+            else 0.0 if ended else None
+            for claim in claims]
 
 
 # -- the worker's statements ---------------------------------------------------------------
@@ -110,8 +125,9 @@ def claim_params(
 
 
 def lease_params(claims: Sequence[Claim], lease: float) -> dict[str, Any]:
-    """heartbeat's and start_many's: the claims, and the lease they get from now."""
-    return {**held_params(claims), "lease": check_lease(lease)}
+    """heartbeat's: the claims, the lease they get from now, and the starts to record."""
+    return {**held_params(claims), "lease": check_lease(lease),
+            "ran": run_times(claims, ended=False)}
 
 
 def progress_params(reports: Sequence[tuple[Claim, float | None, str | None]]) -> dict[str, Any]:
@@ -151,8 +167,10 @@ def logs_params(
 
 
 def complete_params(outcomes: Sequence[tuple[Claim, Any]]) -> dict[str, Any]:
+    claims = [claim for claim, _ in outcomes]
     return {
-        **held_params([claim for claim, _ in outcomes]),
+        **held_params(claims),
+        "ran": run_times(claims, ended=True),
         "results": [
             None if result is None else to_json(result, f"result of job {claim.id}")
             for claim, result in outcomes
@@ -163,8 +181,10 @@ def complete_params(outcomes: Sequence[tuple[Claim, Any]]) -> dict[str, Any]:
 def fail_params(
     failures: Sequence[tuple[Claim, BaseException | str, float | None]],
 ) -> dict[str, Any]:
+    claims = [claim for claim, _, _ in failures]
     return {
-        **held_params([claim for claim, _, _ in failures]),
+        **held_params(claims),
+        "ran": run_times(claims, ended=True),
         "errors": [error_json(error) for _, error, _ in failures],
         # None: no more tries, whatever attempts are left (args its task rejects).
         "retry_in": [None if isinstance(error, ArgsRejected)
@@ -205,8 +225,10 @@ def end_params(ends: Sequence[tuple[Claim, str, BaseException | str]]) -> dict[s
         if status not in ("failed", "cancelled"):
             raise InvalidArgument(
                 f"a job ends as 'failed' or 'cancelled', got {status!r:.80}")
+    claims = [claim for claim, _, _ in ends]
     return {
-        **held_params([claim for claim, _, _ in ends]),
+        **held_params(claims),
+        "ran": run_times(claims, ended=True),
         "statuses": [status for _, status, _ in ends],
         "errors": [error_json(error) for _, _, error in ends],
     }

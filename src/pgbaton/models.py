@@ -79,9 +79,13 @@ class Claim:
     run_at: dt.datetime | None = field(default=None, repr=False)  # when it became due
     # The job's headers (the enqueuing span's trace context), None when it has none.
     meta: dict[str, Any] | None = field(default=None, repr=False)
-    # False for a job claimed ahead (claim_batch's `starting`): its start is not recorded
-    # yet, and start_many() must record it before the job runs.
+    # False for a job claimed ahead (claim_batch's `starting`) until a write records its
+    # start: its outcome or a heartbeat (from `began`), or start_many().
     started: bool = field(default=True, repr=False)
+    # When its handler began, by time.monotonic() (set by the worker; None: not yet). An
+    # outcome or heartbeat of a claim not `started` records the start from it: the
+    # handler has run this long when the write is sent.
+    began: float | None = field(default=None, repr=False)
 
     @property
     def idempotency_key(self) -> str:

@@ -41,11 +41,11 @@ logger = logging.getLogger("pgbaton.cli")
               help="Jobs at once per process.")
 @click.option("--processes", type=WHOLE_NUMBER, default=1, show_default=True,
               help="Worker processes.")
-@click.option("--claim-ahead", type=AutoOrWholeNumber(), default=0, show_default=True,
+@click.option("--claim-ahead", type=AutoOrWholeNumber(), default="auto", show_default=True,
               help="Jobs to claim beyond the free slots, waiting in the worker for one. "
-                   "0: none; N: always N; auto: while a backlog waits, about what the "
-                   "worker runs in 50 ms (none without a backlog, or for limited or "
-                   "rate-limited queues).")
+                   "auto: while a backlog waits, about what the worker runs in 50 ms "
+                   "(none without a backlog, or for limited or rate-limited queues); "
+                   "N: always N; 0: none.")
 @click.option("--loop", "event_loop", type=click.Choice(EVENT_LOOPS), default="auto",
               show_default=True, envvar="PGBATON_EVENT_LOOP",
               help="The event loop of each worker process: auto is uvloop where it is "

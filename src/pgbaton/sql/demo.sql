@@ -53,12 +53,21 @@ FROM __schema__.jobs
 WHERE task = 'process_order';
 
 -- name: demo_runs_shared
--- (job, attempt) pairs that two worker processes both started: a double handout.
+-- (job, attempt) pairs that two worker processes both started: a double handout. Not
+-- one: a job whose worker was killed before its start was recorded (claimed ahead and
+-- started within its first second), whose attempt the reaper gave back and recorded
+-- as not counted (LeaseExpired, "started": false, that attempt's number): the number is
+-- handed out again, to the next live claim (docs/explanation/guarantees.md).
 SELECT count(*) AS n
 FROM (SELECT job_id, attempt FROM __schema__.demo_effects
       WHERE what = 'start'
       GROUP BY 1, 2
-      HAVING count(DISTINCT worker_pid) > 1) AS shared;
+      HAVING count(DISTINCT worker_pid) > 1) AS shared
+WHERE NOT EXISTS (
+    SELECT 1
+    FROM __schema__.jobs AS j, jsonb_array_elements(j.errors) AS e
+    WHERE j.id = shared.job_id AND e ->> 'type' = 'LeaseExpired'
+      AND e -> 'started' = 'false'::jsonb AND (e ->> 'attempt')::integer = shared.attempt);
 
 -- name: demo_runs_without_claim
 -- Runs under an attempt number the job never reached: work done without a claim.

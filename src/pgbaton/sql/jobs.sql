@@ -210,14 +210,15 @@ LIMIT 1;
 -- The outer SELECT hands the batch back in claim order.
 -- `starting`: how many of the batch start at once (the worker's free slots); only they
 -- get started_at, the first in claim order. The others wait in the worker (claimed
--- ahead) until job_start_many starts them: a running job with no started_at never ran
--- its handler, and job_reap gives its attempt back. A job claimed ahead counts a hold
--- (holds + 1), which its start or its release (or the let-go of a cancel) takes back
--- once: what stays counted are the holds its workers died in, until an operator's retry
--- counts afresh. A job held 3 times so is started at its claim, wherever it
--- stands in the batch, so a job that kills its worker before it starts spends its
--- attempts instead of coming back for ever (docs/explanation/architecture.md, "Claiming
--- ahead sized by the worker").
+-- ahead); their start is recorded by their outcome or heartbeat (job_complete_many,
+-- job_heartbeat_many), or by job_start_many for a worker that hears no cancels: a
+-- running job with no started_at has no start recorded, and job_reap gives its attempt
+-- back. A job claimed ahead counts a hold (holds + 1), which the write that records its
+-- start, its release or the let-go of a cancel takes back once: what stays counted are
+-- the holds its workers died in, until an operator's retry counts afresh. A job held 3
+-- times so is started at its claim, wherever it stands in the batch, so a job that
+-- kills its worker as it starts spends its attempts instead of coming back for ever
+-- (docs/explanation/architecture.md, "Claiming ahead sized by the worker").
 WITH candidate AS (
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
         SELECT array_agg(every.id)
@@ -437,10 +438,17 @@ SELECT count(*) AS aged FROM aged;
 -- sixth call (tests/sql/test_generic_plans.py).
 -- Like the claim, a heartbeat need not wait for the disk: one lost in a crash only
 -- leaves the lease a little shorter.
+-- It also records the start of each job claimed ahead whose handler has run `ran`
+-- seconds and whose start no write has recorded yet (NULL: not started, or recorded):
+-- a job started from the jobs ahead has no statement of its own (job_complete_many).
 UPDATE __schema__.jobs AS j
-SET lease_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[])
-     WITH ORDINALITY AS held(id, token, position),
+SET lease_until = now() + make_interval(secs => %(lease)s::float8),
+    started_at  = CASE WHEN j.started_at IS NULL AND held.ran IS NOT NULL
+                       THEN now() - make_interval(secs => held.ran) ELSE j.started_at END,
+    holds       = CASE WHEN j.started_at IS NULL AND held.ran IS NOT NULL
+                       THEN greatest(j.holds - 1, 0) ELSE j.holds END
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, ran, position),
      (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
@@ -475,6 +483,9 @@ ORDER BY held.position;
 -- name: job_start_many
 -- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
 -- worker is about to start at one moment, in one statement, each fenced by its token.
+-- A worker uses it only while it hears no cancels (no LISTEN session): otherwise a
+-- cancel reaches it by notification and the start is recorded by the job's next write
+-- (job_complete_many).
 -- A job cancelled, or taken by another worker after its lease, since its claim is not
 -- changed and must not start. The start takes back the hold its claim counted, once:
 -- only the start that finds started_at unset counts as the job's start. A start sent
@@ -551,19 +562,31 @@ WHERE job_id = %(id)s
 ORDER BY run;
 
 -- name: job_complete_many
+-- The outcomes (job_complete_many, job_fail_many, job_end_many) record the start of a
+-- job claimed ahead where nothing has yet: its handler ran `ran` seconds before the
+-- write was sent, and its claim's hold is taken back, once (only the write that finds
+-- started_at unset counts as the job's start). A worker starts a job claimed ahead
+-- without a statement of its own (docs/explanation/architecture.md, "Claiming ahead");
+-- one that dies before its job's outcome or first heartbeat leaves no started_at, and
+-- job_reap gives the attempt back while the hold stays counted (the holds rule).
 UPDATE __schema__.jobs AS j
 SET status      = 'done',
     claim_token = NULL,
     lease_until = NULL,
     result      = held.result,
-    finished_at = now()
-FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[])
-     WITH ORDINALITY AS held(id, token, result, position)
+    finished_at = now(),
+    started_at  = coalesce(j.started_at, now() - make_interval(secs => held.ran)),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[],
+            %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, result, ran, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position;
 
 -- name: job_fail_many
--- A NULL retry_in fails the job now, attempts left or not (args its task rejects).
+-- A NULL retry_in fails the job now, attempts left or not (args its task rejects). The
+-- start is recorded as job_complete_many's.
 UPDATE __schema__.jobs AS j
 SET status      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
                        THEN 'failed' ELSE 'pending' END,
@@ -576,10 +599,13 @@ SET status      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NUL
     errors      = j.errors || jsonb_build_array(held.error
                       || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
                                             'at', now())),
-    worker_id   = NULL
+    worker_id   = NULL,
+    started_at  = coalesce(j.started_at, now() - make_interval(secs => held.ran)),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
 FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(errors)b::jsonb[],
-            %(retry_in)b::float8[])
-     WITH ORDINALITY AS held(id, token, error, retry_in, position)
+            %(retry_in)b::float8[], %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, error, retry_in, ran, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.status;
 
@@ -648,7 +674,8 @@ RETURNING held.position, j.status;
 -- A handler ends its job at once, whatever attempts are left: `failed` (raise
 -- pgbaton.Discard, or an error its task does not retry) or `cancelled` (raise
 -- pgbaton.Cancel). The error, or the reason, is appended to errors. Fenced as every
--- worker write: a worker that lost the claim changes nothing.
+-- worker write: a worker that lost the claim changes nothing. The start is recorded as
+-- job_complete_many's.
 UPDATE __schema__.jobs AS j
 SET status      = held.status,
     claim_token = NULL,
@@ -657,9 +684,13 @@ SET status      = held.status,
     errors      = j.errors || jsonb_build_array(held.error
                       || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
                                             'at', now())),
-    worker_id   = NULL
-FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)s::text[], %(errors)s::jsonb[])
-     WITH ORDINALITY AS held(id, token, status, error, position)
+    worker_id   = NULL,
+    started_at  = coalesce(j.started_at, now() - make_interval(secs => held.ran)),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)s::text[], %(errors)s::jsonb[],
+            %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, status, error, ran, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
   AND held.status IN ('failed', 'cancelled')
 RETURNING held.position, j.status;
@@ -669,10 +700,12 @@ RETURNING held.position, j.status;
 -- run_at stays, so the job keeps its place in the claim order. Cancelled (or retried)
 -- jobs whose old holder's lease has passed are let go on the way: their key is free
 -- already, and they leave the lease and key indexes.
--- A job with no started_at was claimed ahead and never started (job_start_many sets it
--- before the handler runs): it goes back to pending with its attempt given back, and
--- the record says so. A job whose handler kills its worker has started, so it spends
--- its attempts and cannot come back for ever.
+-- A job with no started_at was claimed ahead and its start was never recorded (its
+-- outcome or heartbeat records it, job_complete_many): its worker died while the job
+-- waited, or before its handler's first heartbeat. It goes back to pending with its
+-- attempt given back, and the record says so; the hold its claim counted stays, so a
+-- job that kills its worker as it starts is started at its claim from its third hold
+-- (job_claim_many) and spends its attempts from then: it cannot come back for ever.
 WITH expired_holds AS (
     UPDATE __schema__.jobs
     SET claim_token = NULL, lease_until = NULL
@@ -689,8 +722,9 @@ SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.started_at IS NOT
     errors      = j.errors || jsonb_build_array(jsonb_build_object(
                       'type', 'LeaseExpired',
                       'message', CASE WHEN j.started_at IS NULL
-                          THEN 'the worker stopped before the job started (its lease '
-                               'expired while the job waited in the worker): this '
+                          THEN 'the worker stopped before the job''s start was '
+                               'recorded (its lease expired while the job waited in '
+                               'the worker, or within its first heartbeat): this '
                                'attempt was not counted'
                           ELSE 'the lease expired before the worker finished the job' END,
                       'started', j.started_at IS NOT NULL,

@@ -52,6 +52,10 @@ WITH suspended AS (
         attempts      = j.attempts - 1,
         worker_id     = NULL,
         started_at    = NULL,
+        -- A job started from the jobs ahead and suspended before its start was recorded
+        -- gives back its claim's hold, as a release does (job_release_many).
+        holds         = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                             ELSE j.holds END,
         has_steps     = true,
         waiting_event = %(event)s,
         run_at        = coalesce(%(until)s::timestamptz,

@@ -31,15 +31,13 @@ class WorkerConfig:
     concurrency: int = 10
     # Jobs claimed beyond the free slots, to wait in the worker for one: larger claims
     # and no slot idle while a claim is in flight, at the price of jobs held before
-    # they start, which other workers cannot take, and of a start write for each batch
-    # of them (docs/explanation/architecture.md, "Claiming ahead"). 0 (the default):
-    # claim only for free slots. "auto": while a backlog waits, about what this worker
-    # runs in TARGET_WAIT_SECONDS (worker/ahead.py), none otherwise and none for limited
-    # or rate-limited queues, and a job held past HOLD_LIMIT_SECONDS is handed back
-    # ("Claiming ahead sized by the worker"). A number: always that many. Not on by
-    # default: on a 2-core machine whose server is the bound, drains at concurrency 32
-    # ran 0.85x to 0.99x of 0 with "auto" (docs/explanation/performance.md).
-    claim_ahead: int | str = 0
+    # they start, which other workers cannot take (docs/explanation/architecture.md,
+    # "Claiming ahead"). "auto" (the default): while a backlog waits, about what this
+    # worker runs in TARGET_WAIT_SECONDS (worker/ahead.py), none otherwise and none for
+    # limited or rate-limited queues, and a job held past HOLD_LIMIT_SECONDS is handed
+    # back ("Claiming ahead sized by the worker"). A number: always that many. 0: claim
+    # only for free slots.
+    claim_ahead: int | str = "auto"
     processes: int = 1
     # The event loop each worker process runs on (worker/loop.py): "auto" is uvloop where
     # it is installed (a dependency on Linux and macOS), else asyncio's own; "uvloop"

@@ -33,6 +33,9 @@ EARLY_BEAT_GAP_SECONDS = 0.25
 # The progress handlers report (ctx.progress) is written at most this often, in one
 # statement for every running job that reported since (docs/howto/progress-and-logs.md).
 PROGRESS_FLUSH_SECONDS = 1.0
+# A job started from the jobs ahead that runs this long has its start recorded by an
+# early beat (flush_progress), not left to its outcome or the next heartbeat.
+START_RECORD_SECONDS = 1.0
 
 
 class Heartbeat:
@@ -155,6 +158,7 @@ class Heartbeat:
                 if still_held:
                     running.deadline = sent + lease
                     running.needs_extend = False
+                    self.held.confirmed(running, sent)
                 # A finished handler's outcome may have been written while this beat was
                 # in flight; the completer's own fenced write tells the truth for it.
                 elif not (running.lost or running.finished):
@@ -186,9 +190,20 @@ class Heartbeat:
         """Write the latest progress of each running job whose handler reported since
         the last flush, every PROGRESS_FLUSH_SECONDS, in one statement fenced by the
         claims' tokens; a worker whose handlers never report sends nothing. What a
-        handler reports after its last flush rides with its outcome (Completer)."""
+        handler reports after its last flush rides with its outcome (Completer).
+        On the same pace, beat early for the jobs started from the jobs ahead that have
+        run past START_RECORD_SECONDS with their start not recorded: a short job's
+        outcome records its start, a long one's is recorded within about two seconds
+        instead of at the next heartbeat (job_heartbeat_many)."""
         while True:
             await asyncio.sleep(PROGRESS_FLUSH_SECONDS)
+            now = self.held.now()
+            unrecorded = [r for r in self.held
+                          if r.started is not None and not r.claim.started
+                          and now - r.started >= START_RECORD_SECONDS
+                          and not (r.finished or r.lost)]
+            if unrecorded and self.held.heartbeat_ok.is_set():
+                await self.extend(unrecorded)
             reports = []
             for running in self.held:
                 if running.finished or running.lost:

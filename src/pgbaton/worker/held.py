@@ -81,6 +81,12 @@ class Running:
     # What its handler logs at log_level or above (job_logs.py); None: nothing (yet).
     log: AttemptLog | None = None
     log_level: int = 0
+    # A job not started that a cancel may have reached unheard (a notification of its
+    # id, a LISTEN session new since its claim): it starts only once a beat sent after
+    # `doubted_at` finds it still held (HeldJobs.doubt; a beat that finds it gone stops
+    # it instead). None: no doubt.
+    doubt: asyncio.Future[None] | None = None
+    doubted_at: float = 0.0
 
     @property
     def stopped(self) -> bool:
@@ -132,6 +138,10 @@ class HeldJobs:
     room_taken: set[int] = field(default_factory=set)  # tokens' ints, as by_token
     # Set while the heartbeat reaches the database; the producer claims only then.
     heartbeat_ok: asyncio.Event = field(default_factory=asyncio.Event)
+    # While this worker's LISTEN session hears `<schema>_cancelled`: a job claimed ahead
+    # then starts with no statement of its own (the cancel of a job that waits reaches
+    # it by notification), else its start is written first (worker/starter.py).
+    hearing_cancels: bool = False
     slot_free: asyncio.Event = field(default_factory=asyncio.Event)
     outcome_ready: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -199,7 +209,25 @@ class HeldJobs:
         """A claimed job's handler takes a slot and starts."""
         self.waiting -= 1
         self.executing += 1
-        running.started = self.now()
+        running.started = running.claim.began = self.now()
+
+    def doubt(self, running: Running) -> None:
+        """A cancel may have reached this job unheard: if it has not started, it waits
+        for a beat sent from now (the heartbeat's fence) before it may start."""
+        if running.started is not None or running.finished or running.lost:
+            return
+        running.doubted_at = self.now()
+        if running.doubt is None:
+            running.doubt = asyncio.get_running_loop().create_future()
+
+    def confirmed(self, running: Running, sent: float) -> None:
+        """A beat sent at `sent` found this claim still held: a doubt raised before
+        then is cleared, and its job may start."""
+        doubt = running.doubt
+        if doubt is not None and sent >= running.doubted_at:
+            running.doubt = None
+            if not doubt.done():
+                doubt.set_result(None)
 
     def handler_ended(self, running: Running, outcome: Outcome | None) -> None:
         """The executor is done with a claim: its outcome is to be written, or (lost,

@@ -26,11 +26,12 @@ async def listen(
     retry_seconds: float = 1.0,
     connect: SessionConnect | None = None,
     cancelled: Callable[[str | None], None] | None = None,
+    deaf: Callable[[], None] | None = None,
 ) -> None:
     """Call wake(reason) on every notification for our queues, and cancelled(payload) on
     every running job's cancel (its id, as sent: anyone may NOTIFY, so the worker checks
-    its claims; None after a reconnect, when cancels may have gone to nobody). Runs until
-    cancelled."""
+    its claims; None once the session listens, after a (re)connect, when cancels may
+    have gone to nobody), and deaf() when the session is lost. Runs until cancelled."""
     cancel_channel = cancelled_channel(queue.schema)
     while True:
         try:
@@ -52,4 +53,7 @@ async def listen(
             if not is_transient(error):
                 raise
             logger.warning("LISTEN connection lost (%s); reconnecting", error)
+        finally:
+            if deaf is not None:
+                deaf()
         await asyncio.sleep(retry_seconds)

@@ -201,7 +201,7 @@ class Worker:
         if session_connect is not None:  # else polling only (plan_sessions warned)
             start("listener", lambda: listen(
                 self.queue, self.config.queues, self._wake, connect=session_connect,
-                cancelled=self._cancelled))
+                cancelled=self._cancelled, deaf=self._deaf))
             if self.config.maintenance:
                 self.leader = self._make_leader(session_connect)
                 start("leader", self.leader.run)
@@ -299,9 +299,13 @@ class Worker:
         """A running job was cancelled (payload: its id, as anyone may send it), or
         cancels may have gone to nobody (None: the LISTEN connection is new). A job this
         worker holds, or any after a reconnect: beat now, and the fenced beat stops what
-        is no longer held (docs/explanation/architecture.md, "Cancels delivered")."""
+        is no longer held (docs/explanation/architecture.md, "Cancels delivered"); a job
+        not started waits for that beat (HeldJobs.doubt)."""
         if payload is None:
+            self.held.hearing_cancels = True
             if len(self.held):
+                for running in self.held:
+                    self.held.doubt(running)
                 self.heartbeat.beat_now()
             return
         # The trigger's payload is an id as PostgreSQL prints it; anything else ("0042",
@@ -309,8 +313,11 @@ class Worker:
         if not (payload.isascii() and payload.isdigit()) or payload != str(int(payload)):
             return
         job_id = int(payload)
-        if any(r.claim.id == job_id and not (r.finished or r.lost) for r in self.held):
+        mine = [r for r in self.held if r.claim.id == job_id and not (r.finished or r.lost)]
+        if mine:
             self.stats["cancels_heard"] += 1
+            for running in mine:
+                self.held.doubt(running)
             self.heartbeat.beat_now()
             return
         # Not held, unless a claim is on its way with it: its cancel may have committed
@@ -322,6 +329,11 @@ class Worker:
         if len(self._cancels_unheld) > MAX_CANCELS_KEPT:
             del self._cancels_unheld[next(iter(self._cancels_unheld))]
 
+    def _deaf(self) -> None:
+        """The LISTEN session is gone: cancels may go unheard until it is back, so jobs
+        claimed ahead have their start written first meanwhile (worker/starter.py)."""
+        self.held.hearing_cancels = False
+
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
         self.stats["claims"] += 1  # that brought jobs: claimed / claims, their size
@@ -329,9 +341,14 @@ class Worker:
         if self._cancels_unheld:
             # Cancelled while this claim's answer was on its way (_cancelled)?
             now = self.held.now()
-            heard = [self._cancels_unheld.pop(c.id, None) for c in claims]
-            if any(at is not None and now - at < CANCEL_KEPT_SECONDS for at in heard):
-                self.stats["cancels_heard"] += 1
+            doubted = [c for c in claims if (at := self._cancels_unheld.pop(c.id, None))
+                       is not None and now - at < CANCEL_KEPT_SECONDS]
+            for claim in doubted:
+                running = self.held.get(claim.token)
+                if running is not None:
+                    self.held.doubt(running)
+            if doubted:
+                self.stats["cancels_heard"] += len(doubted)
                 self.heartbeat.beat_now()
         if self.events.active:
             at, worker_id = time.time(), self.worker_id

@@ -1,17 +1,22 @@
-"""Starts the jobs claimed ahead: just before such a job's handler runs, its start is
-recorded (job_start_many), in one statement for every job about to start at that
-moment, each row fenced by its token.
+"""Starts the jobs claimed ahead, when a slot comes free for each.
 
-A claim records the start only of the jobs that start at once; a job claimed ahead
-waits in the worker with no started_at. So the reaper can tell a job that never
-started (its worker died while it waited: the attempt is given back) from one that did
-(a job that kills its worker spends its attempts), and a job cancelled while it waited,
-or taken by another worker after its lease, is found out here and never starts.
+While the worker hears cancels (its LISTEN session on `<schema>_cancelled` is up), a job
+claimed ahead starts with no statement of its own: a cancel of a job that waits reaches
+the worker by notification, and the job is doubted until a fenced beat sent after the
+notification finds it still held (HeldJobs.doubt), so a job cancelled while it waited
+never starts. Its start is recorded by the next write it needs anyway: its outcome, or
+a heartbeat if it runs past one (job_complete_many, job_heartbeat_many). Until then it
+has no started_at: a worker that dies before either leaves its attempt to be given back
+by the reaper, while the hold its claim counted stays (the holds rule bounds a job that
+kills its worker as it starts). docs/explanation/architecture.md, "Claiming ahead".
 
-Requests queue up while a statement is in flight, so under load each carries many
-jobs. A start that fails for a passing reason is retried with backoff; meanwhile the
-job keeps its slot, and the heartbeat's fence stops it if its lease runs out. The start
-writes started_at alone (a HOT update); the heartbeat keeps the lease.
+While it does not hear cancels (no LISTEN session: polling only, or reconnecting), the
+start is written before the handler runs (job_start_many), in one statement for every
+job about to start at that moment, each row fenced by its token: a job cancelled while
+it waited, or taken by another worker after its lease, is found out there. Requests
+queue up while a statement is in flight, so under load each carries many jobs. A start
+that fails for a passing reason is retried with backoff; meanwhile the job keeps its
+slot, and the heartbeat's fence stops it if its lease runs out.
 """
 
 from __future__ import annotations
@@ -36,15 +41,22 @@ class Starter:
     ) -> None:
         self._queue = queue
         self._held = held
-        # started_ahead: jobs claimed ahead whose start was recorded (the worker's final
-        # statistics).
+        # started_ahead: jobs claimed ahead that started (the worker's final statistics).
         self._stats: Counter[str] = stats if stats is not None else Counter()
         self._requests: list[tuple[Running, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
 
     async def start(self, running: Running) -> bool:
-        """Record the start of this job claimed ahead; False: it is no longer this
-        worker's to start (cancelled, or taken after its lease)."""
+        """May this job claimed ahead start now? False: it is no longer this worker's to
+        start (cancelled, or taken after its lease). A job found gone by a beat while it
+        waits here is stopped by the heartbeat instead (its task cancelled)."""
+        if self._held.hearing_cancels:
+            if running.doubt is not None:
+                await running.doubt
+            if running.lost:
+                return False
+            self._stats["started_ahead"] += 1
+            return True
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._requests.append((running, future))
         self._ready.set()

@@ -1,0 +1,209 @@
+"""A job claimed ahead starts with no statement of its own (worker/starter.py): its start
+is recorded by its outcome, or by an early beat once it has run a second; a cancel
+reaches it by notification, and it waits for a fenced beat before it may start; while
+the worker's LISTEN session is down, its start is written first, as before
+(docs/explanation/architecture.md, "Claiming ahead").
+
+One worker in this process, concurrency 1 and three claimed ahead: its first claim
+starts one job and holds the rest. Each handler notes when it began by the wall clock,
+which the server's now() shares on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from typing import Any
+
+import psycopg
+
+import pgbaton
+from pgbaton.worker import Worker, WorkerConfig
+from tests.helpers import wait_for
+
+LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s: only the early beats are quick
+DEADLINE_SECONDS = 30.0
+# The start recorded is the handler's, to within the statement's trip to the server.
+CLOCK_SLACK_SECONDS = 0.05
+# A start past heartbeat.START_RECORD_SECONDS (1 s) is recorded at the next progress
+# flush (every second): within 2 s, 5 on a loaded machine; the heartbeat's is 20 s.
+RECORDED_WITHIN_SECONDS = 5.0
+
+
+class Tasks:
+    """`gate`: runs until let go; `note`: runs `seconds`. Both note when they began."""
+
+    def __init__(self, app: pgbaton.App) -> None:
+        self.began: dict[int, float] = {}
+        self.let_go = asyncio.Event()
+
+        @app.task(name="gate", pass_context=True)
+        async def gate(context: pgbaton.JobContext) -> None:
+            self.began[context.job_id] = time.time()
+            await asyncio.wait_for(self.let_go.wait(), DEADLINE_SECONDS)
+
+        @app.task(name="note", pass_context=True)
+        async def note(context: pgbaton.JobContext, seconds: float = 0.0) -> None:
+            self.began[context.job_id] = time.time()
+            await asyncio.sleep(seconds)
+
+        self.gate, self.note = gate, note
+
+
+def start(app: pgbaton.App, name: str) -> tuple[Worker, asyncio.Task[int]]:
+    worker = Worker(app, WorkerConfig(
+        concurrency=1, claim_ahead=3, lease=LEASE_SECONDS, maintenance=False,
+        poll_interval=0.05, shutdown_grace=1.0,
+        worker_id=f"{name}-{uuid.uuid4().hex[:8]}"))
+    return worker, asyncio.create_task(worker.run())
+
+
+async def stop(worker: Worker, running: asyncio.Task[int]) -> int:
+    worker.request_stop()
+    return await asyncio.wait_for(running, DEADLINE_SECONDS)
+
+
+def done(db: psycopg.Connection[Any]) -> int:
+    return db.execute("SELECT count(*) AS n FROM jobs WHERE status = 'done'"
+                      ).fetchone()["n"]  # type: ignore[index]
+
+
+def jobs(db: psycopg.Connection[Any], ids: list[int]) -> dict[int, dict[str, Any]]:
+    return {r["id"]: r for r in db.execute(
+        "SELECT id, status, attempts, holds, claim_token, extract(epoch FROM started_at)"
+        " AS started, extract(epoch FROM finished_at) AS finished FROM jobs"
+        " WHERE id = ANY(%s)", (ids,))}
+
+
+async def held(worker: Worker, count: int) -> None:
+    await wait_for(lambda: len(worker.held) == count and worker.held.hearing_cancels,
+                   f"{count} jobs held, the worker hearing cancels")
+
+
+async def test_the_outcome_records_the_start_of_a_job_claimed_ahead(queue, db, dsn, schema):
+    """Three jobs of 0.2 s wait behind the first: no statement starts them, yet each
+    ends with started_at at its handler's start (not its claim's, not its end), its
+    attempt counted once and its claim's hold taken back."""
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    ids = [tasks.note.defer(seconds=0.2) for _ in range(4)]
+    worker, running = start(app, "outcome")
+    try:
+        await wait_for(lambda: done(db) == 4, "the four jobs done")
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert code == 0
+    assert worker.stats["started_ahead"] == 3
+    rows = jobs(db, ids)
+    for job in ids:
+        assert (rows[job]["attempts"], rows[job]["holds"]) == (1, 0), rows[job]
+        assert abs(float(rows[job]["started"]) - tasks.began[job]) < CLOCK_SLACK_SECONDS
+        assert float(rows[job]["finished"]) - float(rows[job]["started"]) >= 0.19
+    # Each waited for the one before it: its start is its own, not the claim's.
+    starts = sorted(float(r["started"]) for r in rows.values())
+    assert all(b - a >= 0.19 for a, b in itertools.pairwise(starts)), starts
+
+
+async def test_a_long_job_claimed_ahead_has_its_start_recorded_by_an_early_beat(
+    queue, db, dsn, schema
+):
+    """A job started from the jobs ahead that runs on has its start recorded within
+    about two seconds (heartbeat.START_RECORD_SECONDS and the flush's pace), long
+    before the heartbeat would come."""
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    first = tasks.note.defer(seconds=0.1)
+    long = tasks.gate.defer()
+    worker, running = start(app, "beat")
+    try:
+        await wait_for(lambda: long in tasks.began, "the long job started")
+        assert jobs(db, [long])[long]["started"] is None  # not at its claim
+        await wait_for(lambda: jobs(db, [long])[long]["started"] is not None,
+                       "its start recorded", RECORDED_WITHIN_SECONDS)
+        row = jobs(db, [long])[long]
+        assert abs(float(row["started"]) - tasks.began[long]) < CLOCK_SLACK_SECONDS
+        assert (row["status"], row["holds"]) == ("running", 0)
+        tasks.let_go.set()
+        await wait_for(lambda: done(db) == 2, "both done")
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert code == 0
+    assert jobs(db, [first])[first]["holds"] == 0
+
+
+async def test_a_job_cancelled_while_it_waits_starts_only_after_a_fenced_beat(
+    queue, db, dsn, schema
+):
+    """The heartbeat is slowed to answer after a second. The job waiting ahead is
+    cancelled, the worker hears it, and then its slot frees: the job is doubted, waits
+    for the beat instead of starting, and the beat stops it. It never runs."""
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    first = tasks.gate.defer()
+    behind = tasks.note.defer()
+    worker, running = start(app, "doubt")
+    heartbeat = worker.queue.engine.heartbeat
+
+    async def slow_heartbeat(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(1.0)
+        return await heartbeat(*args, **kwargs)
+
+    try:
+        await wait_for(lambda: first in tasks.began, "the first job started")
+        await held(worker, 2)
+        worker.queue.engine.heartbeat = slow_heartbeat  # type: ignore[method-assign]
+        assert queue.cancel(behind) is True
+        await wait_for(lambda: worker.stats["cancels_heard"] == 1, "the cancel heard")
+        tasks.let_go.set()  # the slot frees while the beat is on its way
+        await wait_for(lambda: worker.stats["claims_lost"] == 1, "the job stopped")
+        await wait_for(lambda: jobs(db, [behind])[behind]["claim_token"] is None,
+                       "the cancelled job let go")
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert code == 0
+    assert behind not in tasks.began
+    row = jobs(db, [behind])[behind]
+    assert (row["status"], row["started"], row["holds"]) == ("cancelled", None, 0)
+
+
+async def test_while_the_listen_session_is_down_a_start_is_written_first(
+    queue, db, dsn, schema
+):
+    """The cancel of a job waiting ahead commits with the end of the worker's LISTEN
+    session, so its notification goes to nobody; the slot frees before the session is
+    back. The worker, deaf meanwhile, writes the job's start first (job_start_many),
+    which the cancel refuses: the job never runs."""
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    first = tasks.gate.defer()
+    behind = tasks.note.defer()
+    worker, running = start(app, "deaf")
+    listening = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                 " AND query LIKE '%%LISTEN %%' AND state = 'idle'")
+    name = f"pgbaton worker {worker.worker_id}"
+    try:
+        await wait_for(lambda: first in tasks.began, "the first job started")
+        await held(worker, 2)
+        await wait_for(lambda: db.execute(listening, (name,)).fetchone() is not None,
+                       "the worker's LISTEN session")
+        pid = db.execute(listening, (name,)).fetchone()["pid"]  # type: ignore[index]
+        with db.transaction():
+            db.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+            db.execute("UPDATE jobs SET status = 'cancelled', finished_at = now()"
+                       " WHERE id = %s AND status = 'running'", (behind,))
+        await wait_for(lambda: not worker.held.hearing_cancels, "the worker to know it is deaf")
+        tasks.let_go.set()
+        await wait_for(lambda: jobs(db, [behind])[behind]["claim_token"] is None,
+                       "the cancelled job let go")
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert code == 0
+    assert behind not in tasks.began
+    assert worker.stats["cancels_heard"] == 0
+    row = jobs(db, [behind])[behind]
+    assert (row["status"], row["started"], row["holds"]) == ("cancelled", None, 0)
