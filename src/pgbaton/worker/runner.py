@@ -108,7 +108,8 @@ class Worker:
         self.heartbeat = Heartbeat(
             self.queue, self.held, default_lease=self.config.lease, notify=self._notify
         )
-        self.starter = Starter(self.queue, self.held, self.stats)
+        self.starter = Starter(self.queue, self.held, self.stats,
+                               beat_now=self.heartbeat.beat_now)
         self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,
                                  queues=self.config.queues,
                                  concurrency=self.config.concurrency)

@@ -4,7 +4,9 @@ While the worker hears cancels (its LISTEN session on `<schema>_cancelled` is up
 claimed ahead starts with no statement of its own: a cancel of a job that waits reaches
 the worker by notification, and the job is doubted until a fenced beat sent after the
 notification finds it still held (HeldJobs.doubt), so a job cancelled while it waited
-never starts. Its start is recorded by the next write it needs anyway: its outcome, or
+never starts. So does a job whose lease may have run out by the worker's own clock (a
+stalled loop, failing beats): the reaper may have handed it to another worker, which
+nothing announces. Its start is recorded by the next write it needs anyway: its outcome, or
 a heartbeat if it runs past one (job_complete_many, job_heartbeat_many). Until then it
 has no started_at: a worker that dies before either leaves its attempt to be given back
 by the reaper, while the hold its claim counted stays (the holds rule bounds a job that
@@ -24,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 
 from ..queue_async import AsyncQueue
+from .heartbeat import FENCE_MARGIN_FRACTION
 from .held import HeldJobs, Running
 from .supervisor import is_transient
 
@@ -37,10 +41,12 @@ RETRY_MAX_SECONDS = 2.0
 
 class Starter:
     def __init__(
-        self, queue: AsyncQueue, held: HeldJobs, stats: Counter[str] | None = None
+        self, queue: AsyncQueue, held: HeldJobs, stats: Counter[str] | None = None,
+        *, beat_now: Callable[[], None] | None = None,
     ) -> None:
         self._queue = queue
         self._held = held
+        self._beat_now = beat_now  # Heartbeat.beat_now
         # started_ahead: jobs claimed ahead that started (the worker's final statistics).
         self._stats: Counter[str] = stats if stats is not None else Counter()
         self._requests: list[tuple[Running, asyncio.Future[bool]]] = []
@@ -51,6 +57,13 @@ class Starter:
         start (cancelled, or taken after its lease). A job found gone by a beat while it
         waits here is stopped by the heartbeat instead (its task cancelled)."""
         if self._held.hearing_cancels:
+            if self._held.now() >= running.deadline - FENCE_MARGIN_FRACTION * running.lease:
+                # Its lease may have run out by this worker's clock (its loop stalled, or
+                # beats failed): the reaper may have given the job to another worker,
+                # which no notification announces. A beat must find it held first.
+                self._held.doubt(running)
+                if self._beat_now is not None:
+                    self._beat_now()
             if running.doubt is not None:
                 await running.doubt
             if running.lost:

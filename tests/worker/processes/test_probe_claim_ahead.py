@@ -220,7 +220,9 @@ def test_workers_killed_again_and_again_by_jobs_that_end_them_from_the_buffer(
     dies or drains; each killer ends failed after exactly its two started attempts,
     each ordinary job runs once with its one attempt (every death gave back the
     attempts of the jobs that had not started), and no more workers die than the
-    killers have attempts. An ordinary job that three dying workers held ahead is
+    killers have attempts and holds: a killer started from the buffer dies before its
+    start is recorded, so that death counts a hold, and from its third hold it is
+    started at its claim. An ordinary job that three dying workers held ahead is
     started at its claim from then on (jobs.holds, migration 21): a later death then
     spends one of its attempts, never before its third hold."""
     jobs: list[int] = []
@@ -230,7 +232,7 @@ def test_workers_killed_again_and_again_by_jobs_that_end_them_from_the_buffer(
         killers.append(queue.enqueue("ends_worker", max_attempts=2))
     jobs.append(queue.enqueue("step", {"seconds": 0.1}))
     deaths = 0
-    for _ in range(10):
+    for _ in range(20):
         if scalar(db, "SELECT count(*) FROM jobs WHERE status IN ('pending', 'running')"
                   ) == 0:
             break
@@ -246,17 +248,20 @@ def test_workers_killed_again_and_again_by_jobs_that_end_them_from_the_buffer(
         assert worker.process.returncode == 70
         wait_until(lambda: queue.reap() >= 0 and _held(db) == 0, timeout=30,
                    what="the dead worker's leases reaped")
-    assert deaths == 2 * len(killers)
+    assert 2 * len(killers) <= deaths <= (2 + 3) * len(killers)
     for killer in killers:
-        row = db.execute("SELECT status, attempts, errors FROM jobs WHERE id = %s",
+        row = db.execute("SELECT status, attempts, holds, errors FROM jobs WHERE id = %s",
                          (killer,)).fetchone()
         assert (row["status"], row["attempts"]) == ("failed", 2), row
-        # A killer claimed ahead when another one ended the worker was given its
-        # attempt back; the two it spent are the two it started.
+        # A killer claimed ahead when another one ended the worker, or that ended it
+        # before its start was recorded, was given its attempt back (a hold counted);
+        # the two it spent are the two whose start was recorded.
         assert {e["type"] for e in row["errors"]} == {"LeaseExpired"}
         assert [e["attempt"] for e in row["errors"] if e["started"]] == [1, 2], (
             row["errors"])
-        assert [s["attempt"] for s in _effects(db, app_schema, killer)] == [1, 2]
+        assert row["holds"] <= 3
+        runs = [s["attempt"] for s in _effects(db, app_schema, killer)]
+        assert sorted(set(runs)) == [1, 2] and len(runs) <= 2 + row["holds"], runs
     for job in jobs:
         row = db.execute("SELECT status, attempts, errors FROM jobs WHERE id = %s",
                          (job,)).fetchone()
@@ -336,10 +341,11 @@ def test_sigkilled_workers_claiming_ahead_never_run_a_job_twice_or_lose_attempts
     """Three workers claiming ahead (two slots, six ahead, a 1 s lease), one of them
     SIGKILLed and replaced every half second a dozen times, the leases reaped all
     along, over 150 short jobs. Afterwards, in SQL: every job done; no attempt number
-    of a job started twice (a handler that ran and then had its attempt given back
-    would start again under the same number); each done job's attempts are its started
-    attempts the reaper charged plus the one that finished, every attempt a dead
-    worker had not started given back."""
+    of a job started twice unless the reaper recorded that attempt as not counted (a
+    handler started from the jobs ahead whose worker died before its start was
+    recorded: a hold, and the number is handed out again); each done job's attempts
+    are its started attempts the reaper charged plus the one that finished, every
+    attempt whose start a dead worker had not recorded given back."""
     jobs = [queue.enqueue("step", {"seconds": 0.05 * (n % 5)}, max_attempts=50)
             for n in range(400)]
     options = ("--concurrency", "2", "--claim-ahead", "6", "--lease", "1",
@@ -373,9 +379,15 @@ def test_sigkilled_workers_claiming_ahead_never_run_a_job_twice_or_lose_attempts
         assert worker.stop() == 0
     assert kills >= 3
     twice = db.execute(f"""
-        SELECT job_id, attempt, count(*) AS starts FROM "{app_schema}".effects
-        WHERE what = 'start' GROUP BY job_id, attempt HAVING count(*) > 1
-        ORDER BY job_id LIMIT 10""").fetchall()
+        SELECT s.job_id, s.attempt, s.starts FROM (
+            SELECT job_id, attempt, count(*) AS starts FROM "{app_schema}".effects
+            WHERE what = 'start' GROUP BY job_id, attempt) AS s
+        JOIN jobs AS j ON j.id = s.job_id
+        WHERE s.starts > 1 + (
+            SELECT count(*) FROM jsonb_array_elements(j.errors) AS e
+            WHERE e ->> 'type' = 'LeaseExpired' AND e -> 'started' = 'false'::jsonb
+              AND (e ->> 'attempt')::integer = s.attempt)
+        ORDER BY s.job_id LIMIT 10""").fetchall()
     assert twice == [], f"an attempt number started twice: {twice}"
     wrong = db.execute("""
         SELECT id, attempts, errors FROM jobs
