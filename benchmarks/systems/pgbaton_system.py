@@ -36,7 +36,8 @@ class PgbatonSystem(System):
     role = "subject"
     concurrency_meaning = (
         "WorkerConfig(concurrency=N): one worker process, one asyncio loop, at most N "
-        "handlers in flight; each claim asks for as many jobs as there are free slots."
+        "handlers in flight; each claim asks for the free slots and, at the defaults "
+        "since 2026-12-07 (claim_ahead 'auto'; before, 0), the jobs it claims ahead."
     )
     settings = (
         "WorkerConfig defaults (lease 30 s, poll_interval 2 s, maintenance on, processes=1) "

@@ -77,28 +77,37 @@ def read_claim_batch(columns: list[str], rows: list[tuple[Any, ...]]) -> ClaimBa
     return ClaimBatch(claims, max(due, 0.0))
 
 
-def renew_leases(claims: Sequence[Claim], rows: list[Row], *, started: bool = False) -> None:
+def renew_leases(
+    claims: Sequence[Claim], rows: list[Row], *, started: bool = False,
+    ran: Sequence[float] | None = None,
+) -> None:
     """Give each claim still held (a row of its position) its new lease_until, and mark
-    it started: all with `started` (start_many), else those whose handler had begun (the
-    heartbeat recorded their start)."""
+    it started: all with `started` (start_many), else those whose start this statement
+    recorded (a heartbeat's `ran` of 0 or more: read from what was sent, not from the
+    claim now, whose handler may have begun while the beat was on its way)."""
     leases = {row["position"]: row["lease_until"] for row in rows}
     for position, claim in enumerate(claims, start=1):
         if position in leases:
             claim.lease_until = leases[position]
-            if started or claim.began is not None:
+            if started or (ran is not None and ran[position - 1] >= 0):
                 claim.started = True
 
 
-def run_times(claims: Sequence[Claim], *, ended: bool) -> list[float | None]:
-    """How long each claim's handler has run as the write is sent, for the writes that
-    record the start of a job claimed ahead (job_complete_many, job_heartbeat_many).
-    None where the start is recorded already, or (a heartbeat) the handler has not
-    begun; an outcome of a claim whose handler's start no one measured (a caller of
-    claim_batch's own) records its start as now."""
+# A heartbeat's `ran` for a claim whose start it does not record.
+NOT_RECORDED = -1.0
+
+
+def run_times(claims: Sequence[Claim], *, ended: bool) -> list[float]:
+    """How long each claim's handler has run as the write's parameters are made, for
+    the writes that record the start of a job claimed ahead (job_complete_many,
+    job_heartbeat_many). Where the start is recorded already: 0 for an outcome (its
+    statement keeps the recorded one), NOT_RECORDED for a heartbeat, as for a handler
+    not begun. An outcome of a claim whose handler's start no one measured (a caller
+    of claim_batch's own) records its start as now. Always floats, never None: a list
+    of Nones would be sent in text, and each statement then prepared twice."""
     now = time.monotonic()
-    return [None if claim.started
-            else now - claim.began if claim.began is not None
-            else 0.0 if ended else None
+    unset = 0.0 if ended else NOT_RECORDED
+    return [unset if claim.started or claim.began is None else now - claim.began
             for claim in claims]
 
 

@@ -194,8 +194,9 @@ class Engine:
         claims = as_claim_list(claim_or_claims)
         if not claims:
             return []
-        rows = self._db._fetch("job_heartbeat_many", lease_params(claims, lease))
-        renew_leases(claims, rows)
+        params = lease_params(claims, lease)
+        rows = self._db._fetch("job_heartbeat_many", params)
+        renew_leases(claims, rows, ran=params["ran"])
         return changed(rows, len(claims))
 
     def claims_lost(self, claims: Iterable[Claim]) -> list[tuple[str | None, str | None]]:
@@ -380,6 +381,10 @@ class Engine:
     def listen_cancelled(self, conn: psycopg.Connection[Any]) -> None:
         """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
         self._db._fetch("channel_listen_cancelled", None, conn)
+
+    def echo(self, channel: str, payload: str) -> None:
+        """NOTIFY `channel` with a worker's echo (worker/echo.py)."""
+        self._db._fetch("channel_echo", {"channel": channel, "payload": payload})
 
     def worker_beat(self, presence: Mapping[str, Any]) -> None:
         """Write a worker's row of the workers table (worker_beat: worker_id, host,

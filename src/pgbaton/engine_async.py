@@ -192,8 +192,9 @@ class AsyncEngine:
         claims = as_claim_list(claim_or_claims)
         if not claims:
             return []
-        rows = await self._db._fetch("job_heartbeat_many", lease_params(claims, lease))
-        renew_leases(claims, rows)
+        params = lease_params(claims, lease)
+        rows = await self._db._fetch("job_heartbeat_many", params)
+        renew_leases(claims, rows, ran=params["ran"])
         return changed(rows, len(claims))
 
     async def claims_lost(self, claims: Iterable[Claim]) -> list[tuple[str | None, str | None]]:
@@ -378,6 +379,10 @@ class AsyncEngine:
     async def listen_cancelled(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
         await self._db._fetch("channel_listen_cancelled", None, conn)
+
+    async def echo(self, channel: str, payload: str) -> None:
+        """NOTIFY `channel` with a worker's echo (worker/echo.py)."""
+        await self._db._fetch("channel_echo", {"channel": channel, "payload": payload})
 
     async def worker_beat(self, presence: Mapping[str, Any]) -> None:
         """Write a worker's row of the workers table (worker_beat: worker_id, host,

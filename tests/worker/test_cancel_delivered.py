@@ -169,7 +169,8 @@ async def test_a_cancel_sent_while_the_listener_was_down_is_caught_when_it_is_ba
     worker_id = f"relisten-{uuid.uuid4().hex[:8]}"
     worker, running = start(app, worker_id)
     listening = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-                 " AND query LIKE '%%LISTEN %%' AND state = 'idle'")
+                 " AND query LIKE '%%LISTEN %%' AND query NOT LIKE '%%pg_notify%%'"
+                 " AND state = 'idle'")
     name = f"pgbaton worker {worker_id}"
     try:
         await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)

@@ -17,10 +17,12 @@ import uuid
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
 from tests.helpers import wait_for
+from tests.proxy import PausableProxy
 
 LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s: only the early beats are quick
 DEADLINE_SECONDS = 30.0
@@ -29,6 +31,9 @@ CLOCK_SLACK_SECONDS = 0.05
 # A start past heartbeat.START_RECORD_SECONDS (1 s) is recorded at the next progress
 # flush (every second): within 2 s, 5 on a loaded machine; the heartbeat's is 20 s.
 RECORDED_WITHIN_SECONDS = 5.0
+# echo.ECHO_STALE_SECONDS (3 s) past the last echo heard, and a second's pace: 10 s is
+# far inside the hours TCP takes to say a silent connection is gone.
+SILENCE_FOUND_SECONDS = 10.0
 
 
 class Tasks:
@@ -77,8 +82,14 @@ def jobs(db: psycopg.Connection[Any], ids: list[int]) -> dict[int, dict[str, Any
 
 
 async def held(worker: Worker, count: int) -> None:
-    await wait_for(lambda: len(worker.held) == count and worker.held.hearing_cancels,
-                   f"{count} jobs held, the worker hearing cancels")
+    await wait_for(lambda: len(worker.held) == count, f"{count} jobs held")
+
+
+async def hearing(worker: Worker) -> None:
+    """Until the worker hears cancels (its LISTEN session up and its echo back, within
+    about a second): only then do its jobs claimed ahead start with no statement. The
+    tests enqueue after it."""
+    await wait_for(lambda: worker.held.hearing_cancels, "the worker hearing cancels")
 
 
 async def test_the_outcome_records_the_start_of_a_job_claimed_ahead(queue, db, dsn, schema):
@@ -87,9 +98,10 @@ async def test_the_outcome_records_the_start_of_a_job_claimed_ahead(queue, db, d
     attempt counted once and its claim's hold taken back."""
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
-    ids = [tasks.note.defer(seconds=0.2) for _ in range(4)]
     worker, running = start(app, "outcome")
     try:
+        await hearing(worker)
+        ids = [tasks.note.defer(seconds=0.2) for _ in range(4)]
         await wait_for(lambda: done(db) == 4, "the four jobs done")
     finally:
         code = await stop(worker, running)
@@ -114,10 +126,11 @@ async def test_a_long_job_claimed_ahead_has_its_start_recorded_by_an_early_beat(
     before the heartbeat would come."""
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
-    first = tasks.note.defer(seconds=0.1)
-    long = tasks.gate.defer()
     worker, running = start(app, "beat")
     try:
+        await hearing(worker)
+        first = tasks.note.defer(seconds=0.1)
+        long = tasks.gate.defer()
         await wait_for(lambda: long in tasks.began, "the long job started")
         assert jobs(db, [long])[long]["started"] is None  # not at its claim
         await wait_for(lambda: jobs(db, [long])[long]["started"] is not None,
@@ -142,8 +155,6 @@ async def test_a_job_cancelled_while_it_waits_starts_only_after_a_fenced_beat(
     for the beat instead of starting, and the beat stops it. It never runs."""
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
-    first = tasks.gate.defer()
-    behind = tasks.note.defer()
     worker, running = start(app, "doubt")
     heartbeat = worker.queue.engine.heartbeat
 
@@ -152,6 +163,9 @@ async def test_a_job_cancelled_while_it_waits_starts_only_after_a_fenced_beat(
         return await heartbeat(*args, **kwargs)
 
     try:
+        await hearing(worker)
+        first = tasks.gate.defer()
+        behind = tasks.note.defer()
         await wait_for(lambda: first in tasks.began, "the first job started")
         await held(worker, 2)
         worker.queue.engine.heartbeat = slow_heartbeat  # type: ignore[method-assign]
@@ -179,13 +193,15 @@ async def test_while_the_listen_session_is_down_a_start_is_written_first(
     which the cancel refuses: the job never runs."""
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
-    first = tasks.gate.defer()
-    behind = tasks.note.defer()
     worker, running = start(app, "deaf")
     listening = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-                 " AND query LIKE '%%LISTEN %%' AND state = 'idle'")
+                 " AND query LIKE '%%LISTEN %%' AND query NOT LIKE '%%pg_notify%%'"
+                 " AND state = 'idle'")
     name = f"pgbaton worker {worker.worker_id}"
     try:
+        await hearing(worker)
+        first = tasks.gate.defer()
+        behind = tasks.note.defer()
         await wait_for(lambda: first in tasks.began, "the first job started")
         await held(worker, 2)
         await wait_for(lambda: db.execute(listening, (name,)).fetchone() is not None,
@@ -207,3 +223,40 @@ async def test_while_the_listen_session_is_down_a_start_is_written_first(
     assert worker.stats["cancels_heard"] == 0
     row = jobs(db, [behind])[behind]
     assert (row["status"], row["started"], row["holds"]) == ("cancelled", None, 0)
+
+
+async def test_a_listen_session_gone_silent_is_found_out_by_its_echo(queue, db, dsn, schema):
+    """The worker's LISTEN session runs through a proxy that then goes silent: no error,
+    no close, as a dropped route looks. The worker's echoes stop coming back, so within
+    a few seconds it no longer counts on hearing cancels (worker/echo.py); a job waiting
+    ahead whose cancel was lost in the silence is then refused by the start statement
+    when its slot frees, and never runs."""
+    info = conninfo_to_dict(dsn)
+    proxy = PausableProxy(str(info.get("host") or "/tmp"), int(info.get("port") or 5432))
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    worker = Worker(app, WorkerConfig(
+        concurrency=1, claim_ahead=3, lease=LEASE_SECONDS, maintenance=False,
+        poll_interval=0.05, shutdown_grace=1.0, worker_id=f"silent-{uuid.uuid4().hex[:8]}",
+        listen_dsn=make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))))
+    running = asyncio.create_task(worker.run())
+    try:
+        await hearing(worker)
+        first = tasks.gate.defer()
+        behind = tasks.note.defer()
+        await wait_for(lambda: first in tasks.began, "the first job started")
+        await held(worker, 2)
+        proxy.pause()
+        assert queue.cancel(behind) is True
+        await wait_for(lambda: not worker.held.hearing_cancels,
+                       "the worker to find its LISTEN session silent", SILENCE_FOUND_SECONDS)
+        tasks.let_go.set()
+        await wait_for(lambda: jobs(db, [behind])[behind]["claim_token"] is None,
+                       "the cancelled job let go")
+        code = await stop(worker, running)
+    finally:
+        proxy.close()
+        app.queue.close()
+    assert code == 0
+    assert behind not in tasks.began
+    assert worker.stats["cancels_heard"] == 0

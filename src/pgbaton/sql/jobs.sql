@@ -439,13 +439,14 @@ SELECT count(*) AS aged FROM aged;
 -- Like the claim, a heartbeat need not wait for the disk: one lost in a crash only
 -- leaves the lease a little shorter.
 -- It also records the start of each job claimed ahead whose handler has run `ran`
--- seconds and whose start no write has recorded yet (NULL: not started, or recorded):
--- a job started from the jobs ahead has no statement of its own (job_complete_many).
+-- seconds and whose start no write has recorded yet (a negative `ran`: not started, or
+-- recorded): a job started from the jobs ahead has no statement of its own
+-- (job_complete_many).
 UPDATE __schema__.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease)s::float8),
-    started_at  = CASE WHEN j.started_at IS NULL AND held.ran IS NOT NULL
+    started_at  = CASE WHEN j.started_at IS NULL AND held.ran >= 0
                        THEN now() - make_interval(secs => held.ran) ELSE j.started_at END,
-    holds       = CASE WHEN j.started_at IS NULL AND held.ran IS NOT NULL
+    holds       = CASE WHEN j.started_at IS NULL AND held.ran >= 0
                        THEN greatest(j.holds - 1, 0) ELSE j.holds END
 FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(ran)b::float8[])
      WITH ORDINALITY AS held(id, token, ran, position),

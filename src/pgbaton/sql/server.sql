@@ -28,3 +28,10 @@ LISTEN __ended_channel__;
 -- LISTEN for running jobs cancelled (the jobs_notify_cancelled trigger): payload the
 -- job's id. The worker that holds it stops it now, not at its next heartbeat.
 LISTEN __cancelled_channel__;
+
+-- name: channel_echo
+-- A worker's echo on the cancels' channel (payload `echo:<worker id>:<n>`): heard back
+-- on its own LISTEN session, it shows that session still hears cancels. A session cut
+-- off without an error (a dropped route, a lost peer) hears nothing and raises nothing
+-- until TCP gives up, hours later (worker/echo.py).
+SELECT pg_notify(%(channel)s, %(payload)s);

@@ -138,8 +138,8 @@ class Executor:
         try:
             # A job whose start its claim recorded but that must wait for a slot (one
             # held ahead three times, which its claim starts wherever it stands: the
-            # holds rule) is started again when its slot comes, through the same fenced
-            # write as a job claimed ahead: a cancel while it waited must still stop it.
+            # holds rule) passes the same gate as a job claimed ahead when its slot
+            # comes (Starter.start): a cancel while it waited must still stop it.
             waits = self.claims_ahead and self._slots.locked()
             await self._slots.acquire()
             slot = running.has_slot = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import time
 import uuid
 from collections import Counter
@@ -93,6 +94,9 @@ class Running:
         return self.lost or self.released
 
 
+# Cancels count as heard while an echo sent this recently has come back (worker/echo.py).
+ECHO_STALE_SECONDS = 3.0
+
 UNANSWERED = "unanswered"  # the status of a lost job when the database could not be asked
 
 
@@ -138,10 +142,10 @@ class HeldJobs:
     room_taken: set[int] = field(default_factory=set)  # tokens' ints, as by_token
     # Set while the heartbeat reaches the database; the producer claims only then.
     heartbeat_ok: asyncio.Event = field(default_factory=asyncio.Event)
-    # While this worker's LISTEN session hears `<schema>_cancelled`: a job claimed ahead
-    # then starts with no statement of its own (the cancel of a job that waits reaches
-    # it by notification), else its start is written first (worker/starter.py).
-    hearing_cancels: bool = False
+    # While this worker's LISTEN session listens on `<schema>_cancelled`, and when it
+    # last heard back an echo of this worker's, by its send time (worker/echo.py).
+    listening: bool = False
+    echo_heard: float = -math.inf
     slot_free: asyncio.Event = field(default_factory=asyncio.Event)
     outcome_ready: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -153,6 +157,15 @@ class HeldJobs:
 
     def __len__(self) -> int:
         return len(self.by_token)
+
+    @property
+    def hearing_cancels(self) -> bool:
+        """Whether cancels reach this worker now: its LISTEN session listens and has
+        heard back an echo sent less than ECHO_STALE_SECONDS ago. Only then does a job
+        claimed ahead start with no statement of its own (the cancel of a job that
+        waits reaches it by notification); else its start is written first
+        (worker/starter.py)."""
+        return self.listening and self.now() - self.echo_heard < ECHO_STALE_SECONDS
 
     def __iter__(self) -> Iterator[Running]:
         return iter(list(self.by_token.values()))
@@ -211,14 +224,20 @@ class HeldJobs:
         self.executing += 1
         running.started = running.claim.began = self.now()
 
-    def doubt(self, running: Running) -> None:
-        """A cancel may have reached this job unheard: if it has not started, it waits
-        for a beat sent from now (the heartbeat's fence) before it may start."""
+    def doubt(self, running: Running, *, renew: bool = False) -> None:
+        """A cancel may have reached this job: if it has not started, it waits for a
+        beat sent from now (the heartbeat's fence) before it may start. A notification
+        naming the job doubts it once: a claim is cancelled once, so later ones are
+        forged, and moving the doubt on for each would let a flood of them keep the job
+        from ever starting. `renew`: cancels may have gone unheard until now (a LISTEN
+        session new since), so only a beat sent from now clears the doubt."""
         if running.started is not None or running.finished or running.lost:
             return
-        running.doubted_at = self.now()
         if running.doubt is None:
             running.doubt = asyncio.get_running_loop().create_future()
+            running.doubted_at = self.now()
+        elif renew:
+            running.doubted_at = self.now()
 
     def confirmed(self, running: Running, sent: float) -> None:
         """A beat sent at `sent` found this claim still held: a doubt raised before

@@ -3,7 +3,9 @@
     Worker (this module)
       -> Producer    claims for free slots (producer.py)
       -> Executor    runs handlers (executor.py)
-      -> Starter     records the start of jobs claimed ahead (starter.py)
+      -> Starter     starts jobs claimed ahead, fenced by notification or statement
+                     (starter.py)
+      -> Echo        shows the LISTEN session still hears cancels (echo.py)
       -> HandBack    releases jobs claimed ahead that waited too long (hand_back.py)
       -> Heartbeat   extends leases, fences itself when it cannot, writes progress
                      (heartbeat.py)
@@ -30,6 +32,7 @@ import asyncio
 import datetime as dt
 import json
 import logging
+import math
 import time
 import types
 from collections import Counter
@@ -50,6 +53,7 @@ from ..schedules import CODE_SCHEDULE_GRACE, code_definitions
 from .ahead import HOLD_LIMIT_SECONDS, AheadSizer
 from .completer import Completer, write_run_extras
 from .config import WorkerConfig, default_worker_id
+from .echo import Echo
 from .executor import Executor
 from .hand_back import HandBack
 from .heartbeat import Heartbeat
@@ -110,6 +114,9 @@ class Worker:
         )
         self.starter = Starter(self.queue, self.held, self.stats,
                                beat_now=self.heartbeat.beat_now)
+        self.echo = Echo(self.queue, self.held, self.worker_id)
+        # When the LISTEN session last became new (Worker._cancelled).
+        self._listening_since = 0.0
         self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,
                                  queues=self.config.queues,
                                  concurrency=self.config.concurrency)
@@ -203,6 +210,7 @@ class Worker:
             start("listener", lambda: listen(
                 self.queue, self.config.queues, self._wake, connect=session_connect,
                 cancelled=self._cancelled, deaf=self._deaf))
+            start("echo", self.echo.run)
             if self.config.maintenance:
                 self.leader = self._make_leader(session_connect)
                 start("leader", self.leader.run)
@@ -303,11 +311,14 @@ class Worker:
         is no longer held (docs/explanation/architecture.md, "Cancels delivered"); a job
         not started waits for that beat (HeldJobs.doubt)."""
         if payload is None:
-            self.held.hearing_cancels = True
+            self.held.listening = True
+            self._listening_since = self.held.now()
             if len(self.held):
                 for running in self.held:
-                    self.held.doubt(running)
+                    self.held.doubt(running, renew=True)
                 self.heartbeat.beat_now()
+            return
+        if self.echo.heard(payload):
             return
         # The trigger's payload is an id as PostgreSQL prints it; anything else ("0042",
         # " 42", "4_2", which int() would take) is not one of ours.
@@ -333,12 +344,21 @@ class Worker:
     def _deaf(self) -> None:
         """The LISTEN session is gone: cancels may go unheard until it is back, so jobs
         claimed ahead have their start written first meanwhile (worker/starter.py)."""
-        self.held.hearing_cancels = False
+        self.held.listening = False
+        self.held.echo_heard = -math.inf
 
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
         self.stats["claims"] += 1  # that brought jobs: claimed / claims, their size
         self.executor.start(claims, sent_at)
+        if sent_at < self._listening_since and self.held.listening:
+            # Sent before the LISTEN session was new: a cancel may have gone to nobody
+            # before the claim's answer came, and the session's own doubt missed these.
+            for claim in claims:
+                running = self.held.get(claim.token)
+                if running is not None:
+                    self.held.doubt(running, renew=True)
+            self.heartbeat.beat_now()
         if self._cancels_unheld:
             # Cancelled while this claim's answer was on its way (_cancelled)?
             now = self.held.now()

@@ -64,7 +64,9 @@ class Starter:
                 self._held.doubt(running)
                 if self._beat_now is not None:
                     self._beat_now()
-            if running.doubt is not None:
+            # A doubt raised again while the task resumed from the last one's answer is
+            # answered in turn.
+            while running.doubt is not None:
                 await running.doubt
             if running.lost:
                 return False

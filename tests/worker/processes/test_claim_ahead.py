@@ -182,8 +182,9 @@ def test_a_job_that_kills_its_worker_as_it_starts_spends_its_attempts(
     assert (row["status"], row["attempts"]) == ("failed", 2)
     started = [e["started"] for e in row["errors"]]
     assert {e["type"] for e in row["errors"]} == {"LeaseExpired"}
-    # The first death: started from the jobs ahead, its start not recorded.
-    assert started[0] is False and started.count(True) == 2, started
+    # A death before the start was recorded (the worker heard cancels, so the job
+    # started from the jobs ahead with no statement) counts a hold, not an attempt.
+    assert started.count(True) == 2, started
     assert row["holds"] == started.count(False) <= 3
     assert len(workers_started) == len(started) <= 2 + 3
     assert scalar(db, "SELECT status FROM jobs WHERE id = %s", first) == "done"
