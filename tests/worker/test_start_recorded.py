@@ -37,11 +37,18 @@ SILENCE_FOUND_SECONDS = 10.0
 
 
 class Tasks:
-    """`gate`: runs until let go; `note`: runs `seconds`. Both note when they began."""
+    """`first` and `gate`: run until let go (let_first_go, let_go); `note`: runs
+    `seconds`. Each notes when it began."""
 
     def __init__(self, app: pgbaton.App) -> None:
         self.began: dict[int, float] = {}
         self.let_go = asyncio.Event()
+        self.let_first_go = asyncio.Event()
+
+        @app.task(name="first", pass_context=True)
+        async def first(context: pgbaton.JobContext) -> None:
+            self.began[context.job_id] = time.time()
+            await asyncio.wait_for(self.let_first_go.wait(), DEADLINE_SECONDS)
 
         @app.task(name="gate", pass_context=True)
         async def gate(context: pgbaton.JobContext) -> None:
@@ -53,7 +60,7 @@ class Tasks:
             self.began[context.job_id] = time.time()
             await asyncio.sleep(seconds)
 
-        self.gate, self.note = gate, note
+        self.first, self.gate, self.note = first, gate, note
 
 
 def start(app: pgbaton.App, name: str) -> tuple[Worker, asyncio.Task[int]]:
@@ -86,28 +93,32 @@ async def held(worker: Worker, count: int) -> None:
 
 
 async def hearing(worker: Worker) -> None:
-    """Until the worker hears cancels (its LISTEN session up and its echo back, within
-    about a second): only then do its jobs claimed ahead start with no statement. The
-    tests enqueue after it."""
+    """Until the worker hears cancels (its LISTEN session up and, while jobs wait ahead
+    in it, its echo back within a second): only then do its jobs claimed ahead start
+    with no statement."""
     await wait_for(lambda: worker.held.hearing_cancels, "the worker hearing cancels")
 
 
 async def test_the_outcome_records_the_start_of_a_job_claimed_ahead(queue, db, dsn, schema):
-    """Three jobs of 0.2 s wait behind the first: no statement starts them, yet each
-    ends with started_at at its handler's start (not its claim's, not its end), its
-    attempt counted once and its claim's hold taken back."""
+    """Three jobs of 0.2 s wait behind the first, which ends once the worker hears
+    cancels: no statement starts them, yet each ends with started_at at its handler's
+    start (not its claim's, not its end), its attempt counted once and its claim's hold
+    taken back."""
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
     worker, running = start(app, "outcome")
     try:
+        ids = [tasks.first.defer()] + [tasks.note.defer(seconds=0.2) for _ in range(3)]
+        await held(worker, 4)
         await hearing(worker)
-        ids = [tasks.note.defer(seconds=0.2) for _ in range(4)]
+        tasks.let_first_go.set()
         await wait_for(lambda: done(db) == 4, "the four jobs done")
     finally:
         code = await stop(worker, running)
         app.queue.close()
     assert code == 0
     assert worker.stats["started_ahead"] == 3
+    assert worker.stats["starts_written"] == 0  # no statement started them
     rows = jobs(db, ids)
     for job in ids:
         assert (rows[job]["attempts"], rows[job]["holds"]) == (1, 0), rows[job]
@@ -128,9 +139,11 @@ async def test_a_long_job_claimed_ahead_has_its_start_recorded_by_an_early_beat(
     tasks = Tasks(app)
     worker, running = start(app, "beat")
     try:
-        await hearing(worker)
-        first = tasks.note.defer(seconds=0.1)
+        first = tasks.first.defer()
         long = tasks.gate.defer()
+        await held(worker, 2)
+        await hearing(worker)
+        tasks.let_first_go.set()
         await wait_for(lambda: long in tasks.began, "the long job started")
         assert jobs(db, [long])[long]["started"] is None  # not at its claim
         await wait_for(lambda: jobs(db, [long])[long]["started"] is not None,
@@ -163,11 +176,11 @@ async def test_a_job_cancelled_while_it_waits_starts_only_after_a_fenced_beat(
         return await heartbeat(*args, **kwargs)
 
     try:
-        await hearing(worker)
         first = tasks.gate.defer()
         behind = tasks.note.defer()
         await wait_for(lambda: first in tasks.began, "the first job started")
         await held(worker, 2)
+        await hearing(worker)
         worker.queue.engine.heartbeat = slow_heartbeat  # type: ignore[method-assign]
         assert queue.cancel(behind) is True
         await wait_for(lambda: worker.stats["cancels_heard"] == 1, "the cancel heard")
@@ -199,11 +212,11 @@ async def test_while_the_listen_session_is_down_a_start_is_written_first(
                  " AND state = 'idle'")
     name = f"pgbaton worker {worker.worker_id}"
     try:
-        await hearing(worker)
         first = tasks.gate.defer()
         behind = tasks.note.defer()
         await wait_for(lambda: first in tasks.began, "the first job started")
         await held(worker, 2)
+        await hearing(worker)
         await wait_for(lambda: db.execute(listening, (name,)).fetchone() is not None,
                        "the worker's LISTEN session")
         pid = db.execute(listening, (name,)).fetchone()["pid"]  # type: ignore[index]
@@ -241,11 +254,11 @@ async def test_a_listen_session_gone_silent_is_found_out_by_its_echo(queue, db, 
         listen_dsn=make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))))
     running = asyncio.create_task(worker.run())
     try:
-        await hearing(worker)
         first = tasks.gate.defer()
         behind = tasks.note.defer()
         await wait_for(lambda: first in tasks.began, "the first job started")
         await held(worker, 2)
+        await hearing(worker)
         proxy.pause()
         assert queue.cancel(behind) is True
         await wait_for(lambda: not worker.held.hearing_cancels,

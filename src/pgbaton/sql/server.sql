@@ -33,5 +33,8 @@ LISTEN __cancelled_channel__;
 -- A worker's echo on the cancels' channel (payload `echo:<worker id>:<n>`): heard back
 -- on its own LISTEN session, it shows that session still hears cancels. A session cut
 -- off without an error (a dropped route, a lost peer) hears nothing and raises nothing
--- until TCP gives up, hours later (worker/echo.py).
-SELECT pg_notify(%(channel)s, %(payload)s);
+-- until TCP gives up, hours later (worker/echo.py). Its commit need not wait for the
+-- disk (an echo lost in a crash is an echo unheard), so it holds the server's notify
+-- lock no longer than a commit's own work.
+SELECT pg_notify(%(channel)s, %(payload)s)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait;

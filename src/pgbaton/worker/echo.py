@@ -1,31 +1,41 @@
-"""Shows that the worker's LISTEN session still hears cancels: every ECHO_SECONDS the
-worker NOTIFYs the cancels' channel with an echo of its own (`echo:<worker id>:<n>`),
-and the session hears it back.
+"""Shows that the worker's LISTEN session still hears cancels: every ECHO_SECONDS, while
+jobs wait ahead in the worker, it NOTIFYs the cancels' channel with an echo of its own
+(`echo:<worker id>:<n>`), and the session hears it back.
 
 A job claimed ahead starts with no statement of its own only while the worker hears
 cancels (worker/starter.py), and a session can stop hearing without an error: a route
 dropped, a peer gone without closing the socket, and nothing is raised until TCP gives
 up, hours later. So hearing counts only while the latest echo heard back was sent less
-than ECHO_STALE_SECONDS ago (HeldJobs.hears_cancels); past that, starts are written
+than ECHO_STALE_SECONDS ago (HeldJobs.hearing_cancels); past that, starts are written
 first again, until an echo comes back. A cancel sent in those seconds reaches its job
 late: at the job's next beat (an early one a second into its run) or its outcome, which
 its handler's cancel or a refused write then stops.
+
+The notification queue is one for every channel, in commit order, so an echo heard
+says that every cancel committed before it was heard too. An echo's commit does not
+wait for the disk (the statement sets synchronous_commit off for itself): it holds
+the server's notify lock only as long as a commit's own work. Every worker of the
+schema hears every other's echoes (two a second each while jobs wait ahead in it) and
+ignores them at the cost of a prefix test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from .._sql import cancelled_channel
 from ..queue_async import AsyncQueue
 from .held import ECHO_STALE_SECONDS, HeldJobs
-from .supervisor import is_transient
 
 logger = logging.getLogger("pgbaton.worker")
 
-ECHO_SECONDS = 1.0
+ECHO_SECONDS = 0.5
 ECHO_PREFIX = "echo:"
+# No echo of its own heard this long while sending them: warned (at most once a minute).
+ECHO_SILENT_SECONDS = 10.0
+WARN_EVERY_SECONDS = 60.0
 
 
 class Echo:
@@ -36,14 +46,19 @@ class Echo:
         self._prefix = f"{ECHO_PREFIX}{worker_id}:"
         self._sent: dict[int, float] = {}  # echo number -> when it was sent
         self._number = 0
+        self._warned_at = -math.inf  # when an echo's failure or silence was last logged
 
     async def run(self) -> None:
-        """Send an echo every ECHO_SECONDS while the session listens; raises what is not
-        a passing error (the supervisor logs it and starts this again)."""
+        """Send an echo every ECHO_SECONDS while jobs wait ahead in this worker and its
+        session listens: only then does hearing matter, and an idle fleet sends none.
+        Never raises: an echo that fails is an echo unheard (starts are written first
+        meanwhile), logged at most once a minute."""
+        unheard_since: float | None = None
         while True:
-            if self._held.listening:
+            now = self._held.now()
+            if self._held.listening and self._held.waiting:
                 self._number += 1
-                self._sent[self._number] = self._held.now()
+                self._sent[self._number] = now
                 if len(self._sent) > 2 * ECHO_STALE_SECONDS / ECHO_SECONDS + 2:
                     del self._sent[min(self._sent)]
                 try:
@@ -51,10 +66,24 @@ class Echo:
                         self._queue.engine.echo(self._channel, f"{self._prefix}{self._number}"),
                         timeout=ECHO_STALE_SECONDS)
                 except Exception as error:
-                    if not is_transient(error):
-                        raise
-                    # Unheard, it goes stale like a lost one: the heartbeat says why.
+                    self._warn("could not send its echo (%s: %s); jobs claimed ahead have "
+                               "their start written first meanwhile",
+                               type(error).__name__, error)
+                if self._held.echo_heard >= now - ECHO_SILENT_SECONDS:
+                    unheard_since = None
+                elif unheard_since is None:
+                    unheard_since = now
+                elif now - unheard_since > ECHO_SILENT_SECONDS:
+                    self._warn("its LISTEN session has heard none of its echoes for %.0f s: "
+                               "it may reach another database than its pool (listen_dsn), "
+                               "or a connection that went silent; jobs claimed ahead have "
+                               "their start written first meanwhile", now - unheard_since)
             await asyncio.sleep(ECHO_SECONDS)
+
+    def _warn(self, message: str, *args: object) -> None:
+        if self._held.now() - self._warned_at >= WARN_EVERY_SECONDS:
+            self._warned_at = self._held.now()
+            logger.warning("worker echo: " + message, *args)
 
     def heard(self, payload: str) -> bool:
         """Whether a payload on the cancels' channel is an echo: this worker's own (the

@@ -88,6 +88,10 @@ class Running:
     # it instead). None: no doubt.
     doubt: asyncio.Future[None] | None = None
     doubted_at: float = 0.0
+    # When a notification last named it, and when the beat that cleared its last doubt
+    # was sent: named after that beat, its start is written first (worker/starter.py).
+    named_at: float = -math.inf
+    cleared_at: float = -math.inf
 
     @property
     def stopped(self) -> bool:
@@ -95,7 +99,7 @@ class Running:
 
 
 # Cancels count as heard while an echo sent this recently has come back (worker/echo.py).
-ECHO_STALE_SECONDS = 3.0
+ECHO_STALE_SECONDS = 1.5
 
 UNANSWERED = "unanswered"  # the status of a lost job when the database could not be asked
 
@@ -229,10 +233,14 @@ class HeldJobs:
         beat sent from now (the heartbeat's fence) before it may start. A notification
         naming the job doubts it once: a claim is cancelled once, so later ones are
         forged, and moving the doubt on for each would let a flood of them keep the job
-        from ever starting. `renew`: cancels may have gone unheard until now (a LISTEN
-        session new since), so only a beat sent from now clears the doubt."""
+        from ever starting; one heard after the beat that cleared the doubt was sent
+        has its start written first instead (named_at, worker/starter.py). `renew`:
+        cancels may have gone unheard until now (a LISTEN session new since, a lease
+        that may have run out), so only a beat sent from now clears the doubt."""
         if running.started is not None or running.finished or running.lost:
             return
+        if not renew:
+            running.named_at = self.now()
         if running.doubt is None:
             running.doubt = asyncio.get_running_loop().create_future()
             running.doubted_at = self.now()
@@ -245,6 +253,7 @@ class HeldJobs:
         doubt = running.doubt
         if doubt is not None and sent >= running.doubted_at:
             running.doubt = None
+            running.cleared_at = sent
             if not doubt.done():
                 doubt.set_result(None)
 

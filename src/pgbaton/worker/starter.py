@@ -1,6 +1,7 @@
 """Starts the jobs claimed ahead, when a slot comes free for each.
 
-While the worker hears cancels (its LISTEN session on `<schema>_cancelled` is up), a job
+While the worker hears cancels (its LISTEN session on `<schema>_cancelled` is up, and
+has heard back an echo of the worker's lately: HeldJobs.hearing_cancels), a job
 claimed ahead starts with no statement of its own: a cancel of a job that waits reaches
 the worker by notification, and the job is doubted until a fenced beat sent after the
 notification finds it still held (HeldJobs.doubt), so a job cancelled while it waited
@@ -12,8 +13,10 @@ has no started_at: a worker that dies before either leaves its attempt to be giv
 by the reaper, while the hold its claim counted stays (the holds rule bounds a job that
 kills its worker as it starts). docs/explanation/architecture.md, "Claiming ahead".
 
-While it does not hear cancels (no LISTEN session: polling only, or reconnecting), the
-start is written before the handler runs (job_start_many), in one statement for every
+While it does not hear cancels (no LISTEN session: polling only, or reconnecting; or
+no echo of its own heard back lately, worker/echo.py), and for a job a notification
+named after the beat that cleared its doubt, the start is written before the handler
+runs (job_start_many), in one statement for every
 job about to start at that moment, each row fenced by its token: a job cancelled while
 it waited, or taken by another worker after its lease, is found out there. Requests
 queue up while a statement is in flight, so under load each carries many jobs. A start
@@ -47,7 +50,8 @@ class Starter:
         self._queue = queue
         self._held = held
         self._beat_now = beat_now  # Heartbeat.beat_now
-        # started_ahead: jobs claimed ahead that started (the worker's final statistics).
+        # started_ahead: jobs claimed ahead that started; starts_written: those whose
+        # start was written first (the worker's final statistics).
         self._stats: Counter[str] = stats if stats is not None else Counter()
         self._requests: list[tuple[Running, asyncio.Future[bool]]] = []
         self._ready = asyncio.Event()
@@ -61,7 +65,7 @@ class Starter:
                 # Its lease may have run out by this worker's clock (its loop stalled, or
                 # beats failed): the reaper may have given the job to another worker,
                 # which no notification announces. A beat must find it held first.
-                self._held.doubt(running)
+                self._held.doubt(running, renew=True)
                 if self._beat_now is not None:
                     self._beat_now()
             # A doubt raised again while the task resumed from the last one's answer is
@@ -70,8 +74,12 @@ class Starter:
                 await running.doubt
             if running.lost:
                 return False
-            self._stats["started_ahead"] += 1
-            return True
+            # Still hearing, and no notification named it after the beat that cleared
+            # its doubt was sent (a cancel that committed after that beat read the row):
+            # it starts. Else its start is written first, one fenced statement.
+            if self._held.hearing_cancels and running.named_at <= running.cleared_at:
+                self._stats["started_ahead"] += 1
+                return True
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._requests.append((running, future))
         self._ready.set()
@@ -112,6 +120,7 @@ class Starter:
         # leases of waiting and started jobs alike, so deadline and needs_extend stand.
         started = await self._queue.engine.start_many([r.claim for r, _ in batch])
         self._stats["started_ahead"] += sum(started)
+        self._stats["starts_written"] += sum(started)
         for (_, future), ok in zip(batch, started, strict=True):
             if not future.done():
                 future.set_result(ok)
