@@ -117,7 +117,8 @@ def test_outcomes_hold_under_sigkill(
     wrong = db.execute(
         """
         SELECT id, args->>'final' AS final, status, snoozes, attempts, max_attempts,
-               errors -> -1 ->> 'type' AS last_error
+               errors -> -1 ->> 'type' AS last_error,
+               left(errors -> -1 ->> 'message', 300) AS last_message
         FROM jobs
         WHERE NOT CASE args->>'final'
             WHEN 'done' THEN status = 'done'
@@ -144,8 +145,10 @@ def test_outcomes_hold_under_sigkill(
                    AND (errors -> -1 ->> 'started')::boolean)
         """, (hammer_app.MAX_SNOOZES,)).fetchall()
     assert miscounted == [], where
-    # 3. No attempt counted for a snooze: a job no kill interrupted after its start
-    # spent one attempt per handler run that did not end in a written snooze.
+    # 3. No attempt counted for a snooze: a job no kill interrupted spent one attempt
+    # per handler run that did not end in a written snooze. (A kill before a run's start
+    # was recorded, in a job started from the jobs ahead, counts that run as a hold,
+    # not an attempt: such jobs are left to check 4.)
     spent = db.execute(
         """
         SELECT j.id, j.args->>'final' AS final, j.attempts, j.snoozes,
@@ -153,8 +156,7 @@ def test_outcomes_hold_under_sigkill(
                 WHERE e.job_id = j.id AND e.what = 'start') AS runs
         FROM jobs AS j
         WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(j.errors) AS e(error)
-                          WHERE e.error->>'type' = 'LeaseExpired'
-                            AND (e.error->>'started')::boolean)
+                          WHERE e.error->>'type' = 'LeaseExpired')
           AND j.attempts <> (SELECT count(*) FROM effects AS e
                              WHERE e.job_id = j.id AND e.what = 'start')
                             - j.snoozes - CASE WHEN j.args->>'final' = 'limit' THEN 1 ELSE 0 END
@@ -165,12 +167,19 @@ def test_outcomes_hold_under_sigkill(
         WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(j.errors) AS e(error)
                           WHERE e.error->>'type' = 'LeaseExpired')""")
     assert untouched > total // 2, f"{where}: the attempt check saw {untouched} jobs"
-    # 4. Never in two processes at once, and never the same run twice.
+    # 4. Never in two processes at once, and never the same run twice, but where the
+    # reaper recorded that attempt as not counted (its worker died before the run's
+    # start was recorded: the attempt's number is handed out again).
     assert _scalar(db, "SELECT count(*) FROM effects WHERE what = 'overlap'") == 0, where
     assert _scalar(db, """
-        SELECT count(*) FROM (SELECT job_id, attempt, snoozes FROM effects
-                              WHERE what = 'start'
-                              GROUP BY job_id, attempt, snoozes HAVING count(*) > 1) AS twice
+        SELECT count(*) FROM (SELECT job_id, attempt, snoozes, count(*) AS runs
+                              FROM effects WHERE what = 'start'
+                              GROUP BY job_id, attempt, snoozes) AS r
+        JOIN jobs AS j ON j.id = r.job_id
+        WHERE r.runs > 1 + (SELECT count(*) FROM jsonb_array_elements(j.errors) AS e
+                            WHERE e ->> 'type' = 'LeaseExpired'
+                              AND e -> 'started' = 'false'::jsonb
+                              AND (e ->> 'attempt')::integer = r.attempt)
         """) == 0, where
     # 5. Per-key order: every run of a keyed job, snoozes included, came after the end
     # of each older job of its key (a snoozed job holds its key until it ran again).
