@@ -43,6 +43,18 @@ async def wait_for(condition: Callable[[], Any], what: str, seconds: float = 30.
     return found
 
 
+async def listen_session_pid(db: psycopg.Connection[Any], worker_id: str) -> int:
+    """The backend pid of a worker's LISTEN session, once it listens and is idle (not
+    one of its pool's connections, whose last statement may be an echo that NOTIFYs)."""
+    query = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+             " AND query LIKE '%%LISTEN %%' AND query NOT LIKE '%%pg_notify%%'"
+             " AND state = 'idle'")
+    name = f"pgbaton worker {worker_id}"
+    row = await wait_for(lambda: db.execute(query, (name,)).fetchone(),
+                         "the worker's LISTEN session")
+    return int(row["pid"])
+
+
 def in_client_encoding(dsn: str, encoding: str) -> str:
     """`dsn` with every connection's client_encoding set at connect (SQL_ASCII, LATIN1)."""
     return make_conninfo(dsn, options=f"-c client_encoding={encoding}")

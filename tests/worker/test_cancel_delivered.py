@@ -19,7 +19,7 @@ from pgbaton import _sql
 from pgbaton._sql import cancelled_channel
 from pgbaton.worker import Worker, WorkerConfig
 from pgbaton.worker.heartbeat import EARLY_BEAT_GAP_SECONDS
-from tests.helpers import wait_for
+from tests.helpers import listen_session_pid, wait_for
 
 LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s
 CANCEL_SECONDS = 5.0  # far inside that: only the delivered cancel can be this quick
@@ -168,15 +168,9 @@ async def test_a_cancel_sent_while_the_listener_was_down_is_caught_when_it_is_ba
     job_id = hanging.task.defer()
     worker_id = f"relisten-{uuid.uuid4().hex[:8]}"
     worker, running = start(app, worker_id)
-    listening = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-                 " AND query LIKE '%%LISTEN %%' AND query NOT LIKE '%%pg_notify%%'"
-                 " AND state = 'idle'")
-    name = f"pgbaton worker {worker_id}"
     try:
         await asyncio.wait_for(hanging.started.wait(), DEADLINE_SECONDS)
-        await wait_for(lambda: db.execute(listening, (name,)).fetchone() is not None,
-                       "the worker's LISTEN session")
-        pid = db.execute(listening, (name,)).fetchone()["pid"]  # type: ignore[index]
+        pid = await listen_session_pid(db, worker_id)
         # The cancel commits in the same transaction that ends the LISTEN session: its
         # NOTIFY goes out after the session is gone, to nobody of this worker's.
         with db.transaction():

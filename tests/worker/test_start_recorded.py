@@ -21,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbaton
 from pgbaton.worker import Worker, WorkerConfig
-from tests.helpers import wait_for
+from tests.helpers import listen_session_pid, wait_for
 from tests.proxy import PausableProxy
 
 LEASE_SECONDS = 60.0  # the heartbeat beats every 20 s: only the early beats are quick
@@ -90,6 +90,30 @@ def jobs(db: psycopg.Connection[Any], ids: list[int]) -> dict[int, dict[str, Any
 
 async def held(worker: Worker, count: int) -> None:
     await wait_for(lambda: len(worker.held) == count, f"{count} jobs held")
+
+
+async def one_running_one_behind(worker: Worker, tasks: Tasks) -> tuple[int, int]:
+    """A `gate` job running in the worker's one slot, a `note` job waiting ahead behind
+    it, and the worker hearing cancels: the two jobs' ids."""
+    first = tasks.gate.defer()
+    behind = tasks.note.defer()
+    await wait_for(lambda: first in tasks.began, "the first job started")
+    await held(worker, 2)
+    await hearing(worker)
+    return first, behind
+
+
+async def let_go(db: psycopg.Connection[Any], job: int) -> None:
+    await wait_for(lambda: jobs(db, [job])[job]["claim_token"] is None,
+                   "the cancelled job let go")
+
+
+def never_ran(db: psycopg.Connection[Any], tasks: Tasks, job: int) -> None:
+    """The cancelled job's handler never began; the job is cancelled, with no start
+    recorded and its claim's hold given back."""
+    assert job not in tasks.began
+    row = jobs(db, [job])[job]
+    assert (row["status"], row["started"], row["holds"]) == ("cancelled", None, 0)
 
 
 async def hearing(worker: Worker) -> None:
@@ -176,25 +200,18 @@ async def test_a_job_cancelled_while_it_waits_starts_only_after_a_fenced_beat(
         return await heartbeat(*args, **kwargs)
 
     try:
-        first = tasks.gate.defer()
-        behind = tasks.note.defer()
-        await wait_for(lambda: first in tasks.began, "the first job started")
-        await held(worker, 2)
-        await hearing(worker)
+        _, behind = await one_running_one_behind(worker, tasks)
         worker.queue.engine.heartbeat = slow_heartbeat  # type: ignore[method-assign]
         assert queue.cancel(behind) is True
         await wait_for(lambda: worker.stats["cancels_heard"] == 1, "the cancel heard")
         tasks.let_go.set()  # the slot frees while the beat is on its way
         await wait_for(lambda: worker.stats["claims_lost"] == 1, "the job stopped")
-        await wait_for(lambda: jobs(db, [behind])[behind]["claim_token"] is None,
-                       "the cancelled job let go")
+        await let_go(db, behind)
     finally:
         code = await stop(worker, running)
         app.queue.close()
     assert code == 0
-    assert behind not in tasks.began
-    row = jobs(db, [behind])[behind]
-    assert (row["status"], row["started"], row["holds"]) == ("cancelled", None, 0)
+    never_ran(db, tasks, behind)
 
 
 async def test_while_the_listen_session_is_down_a_start_is_written_first(
@@ -207,33 +224,22 @@ async def test_while_the_listen_session_is_down_a_start_is_written_first(
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
     worker, running = start(app, "deaf")
-    listening = ("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-                 " AND query LIKE '%%LISTEN %%' AND query NOT LIKE '%%pg_notify%%'"
-                 " AND state = 'idle'")
-    name = f"pgbaton worker {worker.worker_id}"
     try:
-        first = tasks.gate.defer()
-        behind = tasks.note.defer()
-        await wait_for(lambda: first in tasks.began, "the first job started")
-        await held(worker, 2)
-        await hearing(worker)
-        await wait_for(lambda: db.execute(listening, (name,)).fetchone() is not None,
-                       "the worker's LISTEN session")
-        pid = db.execute(listening, (name,)).fetchone()["pid"]  # type: ignore[index]
+        _, behind = await one_running_one_behind(worker, tasks)
+        pid = await listen_session_pid(db, worker.worker_id)
         with db.transaction():
             db.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
             db.execute("UPDATE jobs SET status = 'cancelled', finished_at = now()"
                        " WHERE id = %s AND status = 'running'", (behind,))
         await wait_for(lambda: not worker.held.hearing_cancels, "the worker to know it is deaf")
         tasks.let_go.set()
-        await wait_for(lambda: jobs(db, [behind])[behind]["claim_token"] is None,
-                       "the cancelled job let go")
+        await let_go(db, behind)
     finally:
         code = await stop(worker, running)
         app.queue.close()
     assert code == 0
-    assert behind not in tasks.began
     assert worker.stats["cancels_heard"] == 0
+    never_ran(db, tasks, behind)
     row = jobs(db, [behind])[behind]
     assert (row["status"], row["started"], row["holds"]) == ("cancelled", None, 0)
 
@@ -254,22 +260,17 @@ async def test_a_listen_session_gone_silent_is_found_out_by_its_echo(queue, db, 
         listen_dsn=make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))))
     running = asyncio.create_task(worker.run())
     try:
-        first = tasks.gate.defer()
-        behind = tasks.note.defer()
-        await wait_for(lambda: first in tasks.began, "the first job started")
-        await held(worker, 2)
-        await hearing(worker)
+        _, behind = await one_running_one_behind(worker, tasks)
         proxy.pause()
         assert queue.cancel(behind) is True
         await wait_for(lambda: not worker.held.hearing_cancels,
                        "the worker to find its LISTEN session silent", SILENCE_FOUND_SECONDS)
         tasks.let_go.set()
-        await wait_for(lambda: jobs(db, [behind])[behind]["claim_token"] is None,
-                       "the cancelled job let go")
+        await let_go(db, behind)
         code = await stop(worker, running)
     finally:
         proxy.close()
         app.queue.close()
     assert code == 0
-    assert behind not in tasks.began
     assert worker.stats["cancels_heard"] == 0
+    never_ran(db, tasks, behind)
