@@ -22,6 +22,7 @@ ignores them at the cost of a prefix test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 
@@ -32,6 +33,7 @@ from .held import ECHO_STALE_SECONDS, HeldJobs
 logger = logging.getLogger("pgbaton.worker")
 
 ECHO_SECONDS = 0.5
+ECHO_MIN_GAP_SECONDS = 0.1
 ECHO_PREFIX = "echo:"
 # No echo of its own heard this long while sending them: warned (at most once a minute).
 ECHO_SILENT_SECONDS = 10.0
@@ -47,6 +49,7 @@ class Echo:
         self._sent: dict[int, float] = {}  # echo number -> when it was sent
         self._number = 0
         self._warned_at = -math.inf  # when an echo's failure or silence was last logged
+        self._wanted = asyncio.Event()  # a start was written first for want of an echo
 
     async def run(self) -> None:
         """Send an echo every ECHO_SECONDS while jobs wait ahead in this worker and its
@@ -56,6 +59,7 @@ class Echo:
         unheard_since: float | None = None
         while True:
             now = self._held.now()
+            self._wanted.clear()
             if self._held.listening and self._held.waiting:
                 self._number += 1
                 self._sent[self._number] = now
@@ -78,7 +82,17 @@ class Echo:
                                "it may reach another database than its pool (listen_dsn), "
                                "or a connection that went silent; jobs claimed ahead have "
                                "their start written first meanwhile", now - unheard_since)
-            await asyncio.sleep(ECHO_SECONDS)
+            # The next echo is due in ECHO_SECONDS, or sooner when a start had to be
+            # written for want of a fresh one (a backlog that begins after an idle
+            # spell): at once, but never closer than ECHO_MIN_GAP_SECONDS to the last.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wanted.wait(), ECHO_SECONDS)
+            await asyncio.sleep(max(0.0, now + ECHO_MIN_GAP_SECONDS - self._held.now()))
+
+    def want(self) -> None:
+        """A job claimed ahead is about to have its start written because no echo was
+        heard lately (worker/starter.py): send the next one now."""
+        self._wanted.set()
 
     def _warn(self, message: str, *args: object) -> None:
         if self._held.now() - self._warned_at >= WARN_EVERY_SECONDS:

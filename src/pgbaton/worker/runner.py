@@ -112,9 +112,9 @@ class Worker:
         self.heartbeat = Heartbeat(
             self.queue, self.held, default_lease=self.config.lease, notify=self._notify
         )
-        self.starter = Starter(self.queue, self.held, self.stats,
-                               beat_now=self.heartbeat.beat_now)
         self.echo = Echo(self.queue, self.held, self.worker_id)
+        self.starter = Starter(self.queue, self.held, self.stats,
+                               beat_now=self.heartbeat.beat_now, want_echo=self.echo.want)
         # When the LISTEN session last became new (Worker._cancelled).
         self._listening_since = 0.0
         self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,

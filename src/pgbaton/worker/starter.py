@@ -46,10 +46,12 @@ class Starter:
     def __init__(
         self, queue: AsyncQueue, held: HeldJobs, stats: Counter[str] | None = None,
         *, beat_now: Callable[[], None] | None = None,
+        want_echo: Callable[[], None] | None = None,
     ) -> None:
         self._queue = queue
         self._held = held
         self._beat_now = beat_now  # Heartbeat.beat_now
+        self._want_echo = want_echo  # Echo.want
         # started_ahead: jobs claimed ahead that started; starts_written: those whose
         # start was written first (the worker's final statistics).
         self._stats: Counter[str] = stats if stats is not None else Counter()
@@ -80,6 +82,8 @@ class Starter:
             if self._held.hearing_cancels and running.named_at <= running.cleared_at:
                 self._stats["started_ahead"] += 1
                 return True
+        elif self._held.listening and self._want_echo is not None:
+            self._want_echo()  # listening, but no echo heard lately: ask for one now
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._requests.append((running, future))
         self._ready.set()
