@@ -57,10 +57,12 @@ class Echo:
         Never raises: an echo that fails is an echo unheard (starts are written first
         meanwhile), logged at most once a minute."""
         unheard_since: float | None = None
+        last_sent = -math.inf
         while True:
             now = self._held.now()
             self._wanted.clear()
             if self._held.listening and self._held.waiting:
+                last_sent = now
                 self._number += 1
                 self._sent[self._number] = now
                 if len(self._sent) > 2 * ECHO_STALE_SECONDS / ECHO_SECONDS + 2:
@@ -87,7 +89,7 @@ class Echo:
             # spell): at once, but never closer than ECHO_MIN_GAP_SECONDS to the last.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wanted.wait(), ECHO_SECONDS)
-            await asyncio.sleep(max(0.0, now + ECHO_MIN_GAP_SECONDS - self._held.now()))
+            await asyncio.sleep(max(0.0, last_sent + ECHO_MIN_GAP_SECONDS - self._held.now()))
 
     def want(self) -> None:
         """A job claimed ahead is about to have its start written because no echo was
