@@ -112,6 +112,8 @@ async def test_a_forged_or_garbled_notification_stops_nothing(queue, db, dsn, sc
         # claim still held and only extends its lease, 20 s early.
         await wait_for(lambda: row(db, job_id)["lease_until"] > before,
                        "the early, fenced heartbeat", CANCEL_SECONDS)
+        # Heard in order: once the last payload is, only the one naming the job counted.
+        await wait_for(lambda: worker.stats["cancels_heard"] >= 1, "the notifications heard")
         assert worker.stats["cancels_heard"] == 1
         assert hanging.stopped_at is None and not running.done()
         hanging.let_go.set()

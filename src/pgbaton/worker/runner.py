@@ -114,7 +114,8 @@ class Worker:
         )
         self.echo = Echo(self.queue, self.held, self.worker_id)
         self.starter = Starter(self.queue, self.held, self.stats,
-                               beat_now=self.heartbeat.beat_now, want_echo=self.echo.want)
+                               beat_now=self.heartbeat.beat_now, want_echo=self.echo.want,
+                               stopping=self._stopping)
         # When the LISTEN session last became new (Worker._cancelled).
         self._listening_since = 0.0
         self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,

@@ -47,11 +47,13 @@ class Starter:
         self, queue: AsyncQueue, held: HeldJobs, stats: Counter[str] | None = None,
         *, beat_now: Callable[[], None] | None = None,
         want_echo: Callable[[], None] | None = None,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         self._queue = queue
         self._held = held
         self._beat_now = beat_now  # Heartbeat.beat_now
         self._want_echo = want_echo  # Echo.want
+        self._stopping = stopping  # set once the worker stops claiming
         # started_ahead: jobs claimed ahead that started; starts_written: those whose
         # start was written first (the worker's final statistics).
         self._stats: Counter[str] = stats if stats is not None else Counter()
@@ -62,6 +64,11 @@ class Starter:
         """May this job claimed ahead start now? False: it is no longer this worker's to
         start (cancelled, or taken after its lease). A job found gone by a beat while it
         waits here is stopped by the heartbeat instead (its task cancelled)."""
+        if self._stopping is not None and self._stopping.is_set():
+            # The worker is stopping: a job not started yet is handed back, not started.
+            # Worker._shut_down cancels this wait and releases the job, attempt given
+            # back, for another worker to take at once.
+            await asyncio.get_running_loop().create_future()
         if self._held.hearing_cancels:
             if self._held.now() >= running.deadline - FENCE_MARGIN_FRACTION * running.lease:
                 # Its lease may have run out by this worker's clock (its loop stalled, or

@@ -208,16 +208,18 @@ def test_a_killed_worker_gives_back_the_attempts_of_the_jobs_it_held_ahead(
     run_worker, db, queue, lines_path
 ):
     """SIGKILL a worker of the default while it holds 50 or more jobs with no start
-    recorded (5 ms jobs, two attempts each): jobs waiting ahead, and jobs started from
-    them since their claim. Reaped, they are pending with no attempt spent, one hold
-    counted and a record saying their start was not recorded; a second worker drains
-    everything. Every job ends done, and each run of its handler is counted in SQL: as
-    an attempt (one for the run that finished, one for each start its record says was
-    spent), or as a hold (a run the kill cut short before its start was recorded). Ten
-    or more of them had not started at the kill, and their handlers ran exactly once."""
-    jobs = _enqueue(queue, 6000, args={"seconds": 0.005}, max_attempts=2)
+    recorded beyond its running ones (20 ms jobs, two attempts each): jobs waiting
+    ahead, and jobs started from them since their claim. Reaped, they are pending with
+    no attempt spent, one hold counted and a record saying their start was not recorded;
+    a second worker drains everything. Every job ends done, and each run of its handler
+    is counted in SQL: as an attempt (one for the run that finished, one for each start
+    its record says was spent), or as a hold (a run the kill cut short before its start
+    was recorded). Ten or more of them had not started at the kill, and their handlers
+    ran exactly once."""
+    jobs = _enqueue(queue, 6000, args={"seconds": 0.02}, max_attempts=2)
     worker = run_worker("--concurrency", "32", "--lease", "2")
-    wait_until(lambda: _held_not_started(db) >= 50, timeout=60,
+    # The 32 handlers running have no start recorded either: 50 more than those.
+    wait_until(lambda: _held_not_started(db) >= 50 + 32, timeout=60,
                what="50 jobs held ahead")
     worker.kill()
     held = [r["id"] for r in db.execute(
@@ -259,7 +261,8 @@ def test_a_job_that_kills_its_worker_before_it_starts_runs_out_of_attempts(
     while it was held gives its attempt back and counts a hold; from its third hold
     the claim starts it at once, so the next death spends its attempt: it ends failed
     after at most 3 + 1 deaths instead of coming back for ever. The no-op jobs held
-    beside it each time run once, done."""
+    beside it each time end done, each run of theirs counted as an attempt or, cut
+    short by a death before its start was recorded, a hold."""
     killer = queue.enqueue("poison", priority=-1, max_attempts=1)
     deaths = 0
     for _ in range(8):
@@ -288,9 +291,9 @@ def test_a_job_that_kills_its_worker_before_it_starts_runs_out_of_attempts(
                timeout=60, what="the rest done")
     assert other.stop() == 0
     ends = _lines(lines_path, "end")
-    attempts = {r["id"]: r["attempts"] for r in db.execute(
-        "SELECT id, attempts FROM jobs WHERE status = 'done'")}
-    assert all(1 <= ends[job] <= attempts[job] for job in attempts)
+    counted = {r["id"]: r["attempts"] + r["holds"] for r in db.execute(
+        "SELECT id, attempts, holds FROM jobs WHERE status = 'done'")}
+    assert all(1 <= ends[job] <= counted[job] for job in counted)
 
 
 def test_a_job_held_by_workers_that_die_three_times_starts_at_its_claim(db, queue):
@@ -348,9 +351,11 @@ def test_a_stopping_worker_hands_back_every_job_it_has_not_started(
 ):
     """SIGTERM while 50 or more jobs are held ahead: the worker releases every job it
     has not started, attempts given back, and lets the running ones finish."""
-    jobs = _enqueue(queue, 6000, args={"seconds": 0.005})
+    jobs = _enqueue(queue, 6000, args={"seconds": 0.02})
     worker = run_worker("--concurrency", "32")
-    wait_until(lambda: _held_not_started(db) >= 50, timeout=60,
+    # Running with no start recorded: the 32 handlers running too, whose starts their
+    # outcomes record, so 50 more than those.
+    wait_until(lambda: _held_not_started(db) >= 50 + 32, timeout=60,
                what="50 jobs held ahead")
     assert worker.stop() == 0
     assert scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'"
@@ -368,11 +373,17 @@ def test_a_stopping_worker_hands_back_every_job_it_has_not_started(
 
 def _one_running_three_held(start_worker, db, queue, lines_path):
     """A `pgbaton worker --claim-ahead 3 --concurrency 1` running one 30 s job and holding
-    three ahead: the jobs, the worker, and the first job held ahead."""
-    jobs = _enqueue(queue, 4, args={"seconds": 30})
+    three ahead: the jobs, the worker, and the first job held ahead. The jobs come once
+    the worker listens: a LISTEN session new while it holds jobs beats at once (cancels
+    may have gone unheard), and that beat would take the row locks the tests mean for
+    their release; the next beat is 10 s away."""
     worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
                           "3", "--concurrency", "1", "--shutdown-grace", "0.2",
                           app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
+    wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle'"
+                                  " AND query LIKE %s", f"%LISTEN %{queue.schema}_cancelled%")
+               == 1, timeout=30, what="the worker listening")
+    jobs = _enqueue(queue, 4, args={"seconds": 30})
     wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")
                == len(jobs), timeout=30, what="one job running and three held ahead")
     return jobs, worker, scalar(db, "SELECT min(id) FROM jobs WHERE started_at IS NULL")
