@@ -62,7 +62,7 @@ async def test_a_refused_suspension_lets_go_of_the_claim(
     # As a worker that does not hear cancels (behind a transaction pool with no listen
     # DSN): the suspension itself must be refused. A worker that hears the cancel may
     # stop the handler before it suspends (tests/worker/test_cancel_delivered.py).
-    worker._cancelled = lambda payload: None  # type: ignore[method-assign]
+    worker.cancels.heard = lambda payload: None  # type: ignore[method-assign]
     caplog.set_level(logging.INFO, logger="pgbaton")
     running = asyncio.create_task(worker.run())
     try:

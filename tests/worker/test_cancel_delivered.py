@@ -208,7 +208,7 @@ async def test_a_cancel_heard_while_the_claim_is_on_its_way_is_not_lost(queue, d
         if any(c.id == job_id for c in batch.claims):
             worker.queue.engine.claim_batch = claim_batch  # once
             await asyncio.to_thread(queue.cancel, job_id)
-            await wait_for(lambda: job_id in worker._cancels_unheld,
+            await wait_for(lambda: job_id in worker.cancels.unheld,
                            "the worker to hear the cancel of a job it does not hold yet")
         return batch
 

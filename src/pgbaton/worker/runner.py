@@ -5,6 +5,7 @@
       -> Executor    runs handlers (executor.py)
       -> Starter     starts jobs claimed ahead, fenced by notification or statement
                      (starter.py)
+      -> Cancels     what the worker hears of cancels, and the doubts (cancels.py)
       -> Echo        shows the LISTEN session still hears cancels (echo.py)
       -> HandBack    releases jobs claimed ahead that waited too long (hand_back.py)
       -> Heartbeat   extends leases, fences itself when it cannot, writes progress
@@ -32,7 +33,6 @@ import asyncio
 import datetime as dt
 import json
 import logging
-import math
 import time
 import types
 from collections import Counter
@@ -51,6 +51,7 @@ from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from ..schedules import CODE_SCHEDULE_GRACE, code_definitions
 from .ahead import HOLD_LIMIT_SECONDS, AheadSizer
+from .cancels import Cancels
 from .completer import Completer, write_run_extras
 from .config import WorkerConfig, default_worker_id
 from .echo import Echo
@@ -72,10 +73,6 @@ jobs_logger = logging.getLogger("pgbaton.jobs")
 
 SYNC_STOP_GRACE_SECONDS = 2.0
 FORCED_STOP_SECONDS = 1.0
-# Cancels heard for jobs this worker does not hold are kept this long, at most this many:
-# a claim whose answer is on its way may bring one (Worker._cancelled).
-CANCEL_KEPT_SECONDS = 10.0
-MAX_CANCELS_KEPT = 1024
 # How long a stopping worker sends its release again through passing errors before it
 # leaves the jobs to their leases (and exits).
 STOP_RELEASE_SECONDS = 10.0
@@ -98,8 +95,6 @@ class Worker:
         )
         self.events = app.events
         self.stats: Counter[str] = Counter()
-        # Job id -> when its cancel was heard, for jobs not held then (_cancelled).
-        self._cancels_unheld: dict[int, float] = {}
         self.exit_status = 0
         # claim_ahead "auto": the producer sizes each claim's jobs ahead, and jobs held
         # past the hold limit are handed back (docs/explanation/architecture.md, "Claiming
@@ -116,8 +111,7 @@ class Worker:
         self.starter = Starter(self.queue, self.held, self.stats,
                                beat_now=self.heartbeat.beat_now, want_echo=self.echo.want,
                                stopping=self._stopping)
-        # When the LISTEN session last became new (Worker._cancelled).
-        self._listening_since = 0.0
+        self.cancels = Cancels(self.held, self.echo, self.heartbeat.beat_now, self.stats)
         self.presence = Presence(self.queue, self.held, worker_id=self.worker_id,
                                  queues=self.config.queues,
                                  concurrency=self.config.concurrency)
@@ -210,7 +204,7 @@ class Worker:
         if session_connect is not None:  # else polling only (plan_sessions warned)
             start("listener", lambda: listen(
                 self.queue, self.config.queues, self._wake, connect=session_connect,
-                cancelled=self._cancelled, deaf=self._deaf))
+                cancelled=self.cancels.heard, deaf=self.cancels.deaf))
             start("echo", self.echo.run)
             if self.config.maintenance:
                 self.leader = self._make_leader(session_connect)
@@ -305,73 +299,11 @@ class Worker:
         self.stats[f"wakeups_{reason}"] += 1
         self.producer.wake()
 
-    def _cancelled(self, payload: str | None) -> None:
-        """A running job was cancelled (payload: its id, as anyone may send it), or
-        cancels may have gone to nobody (None: the LISTEN connection is new). A job this
-        worker holds, or any after a reconnect: beat now, and the fenced beat stops what
-        is no longer held (docs/explanation/architecture.md, "Cancels delivered"); a job
-        not started waits for that beat (HeldJobs.doubt)."""
-        if payload is None:
-            self.held.listening = True
-            self._listening_since = self.held.now()
-            if len(self.held):
-                for running in self.held:
-                    self.held.doubt(running, renew=True)
-                self.heartbeat.beat_now()
-            return
-        if self.echo.heard(payload):
-            return
-        # The trigger's payload is an id as PostgreSQL prints it; anything else ("0042",
-        # " 42", "4_2", which int() would take) is not one of ours.
-        if not (payload.isascii() and payload.isdigit()) or payload != str(int(payload)):
-            return
-        job_id = int(payload)
-        mine = [r for r in self.held if r.claim.id == job_id and not (r.finished or r.lost)]
-        if mine:
-            self.stats["cancels_heard"] += 1
-            for running in mine:
-                self.held.doubt(running)
-            self.heartbeat.beat_now()
-            return
-        # Not held, unless a claim is on its way with it: its cancel may have committed
-        # after the claim and before the claim's answer. Kept a while, for _started.
-        # Oldest first (a dict keeps its order): past the cap the oldest goes, one step
-        # a notification however many come; _started judges their age.
-        self._cancels_unheld.pop(job_id, None)
-        self._cancels_unheld[job_id] = self.held.now()
-        if len(self._cancels_unheld) > MAX_CANCELS_KEPT:
-            del self._cancels_unheld[next(iter(self._cancels_unheld))]
-
-    def _deaf(self) -> None:
-        """The LISTEN session is gone: cancels may go unheard until it is back, so jobs
-        claimed ahead have their start written first meanwhile (worker/starter.py)."""
-        self.held.listening = False
-        self.held.echo_heard = -math.inf
-
     def _started(self, claims: list[Claim], sent_at: float) -> None:
         self.stats["claimed"] += len(claims)
         self.stats["claims"] += 1  # that brought jobs: claimed / claims, their size
         self.executor.start(claims, sent_at)
-        if sent_at < self._listening_since and self.held.listening:
-            # Sent before the LISTEN session was new: a cancel may have gone to nobody
-            # before the claim's answer came, and the session's own doubt missed these.
-            for claim in claims:
-                running = self.held.get(claim.token)
-                if running is not None:
-                    self.held.doubt(running, renew=True)
-            self.heartbeat.beat_now()
-        if self._cancels_unheld:
-            # Cancelled while this claim's answer was on its way (_cancelled)?
-            now = self.held.now()
-            doubted = [c for c in claims if (at := self._cancels_unheld.pop(c.id, None))
-                       is not None and now - at < CANCEL_KEPT_SECONDS]
-            for claim in doubted:
-                running = self.held.get(claim.token)
-                if running is not None:
-                    self.held.doubt(running)
-            if doubted:
-                self.stats["cancels_heard"] += len(doubted)
-                self.heartbeat.beat_now()
+        self.cancels.claimed(claims, sent_at)
         if self.events.active:
             at, worker_id = time.time(), self.worker_id
             # Positional: a keyword call of Event costs twice as much
