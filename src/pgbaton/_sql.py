@@ -223,3 +223,19 @@ def cancelled_channel(schema: str) -> str:
     """The channel on which a running job's cancel is announced, its id the payload
     (the jobs_notify_cancelled trigger); workers listen on it beside notify_channel."""
     return schema + CANCELLED_SUFFIX
+
+
+ECHO_INFIX = "_echo_"
+# Random hex after ECHO_INFIX: with the longest schema name, the channel's 63 bytes.
+ECHO_TOKEN_LENGTH = 6
+
+
+def echo_channel(schema: str, token: str) -> str:
+    """A worker's own channel for its echoes (worker/echo.py), which only its LISTEN
+    session hears: `token`, ECHO_TOKEN_LENGTH hex digits drawn by the worker. Two
+    workers that draw the same share a channel and ignore each other's echoes by their
+    payloads."""
+    if len(token) != ECHO_TOKEN_LENGTH or not all(c in "0123456789abcdef" for c in token):
+        raise ValueError(f"an echo channel's token is {ECHO_TOKEN_LENGTH} hex digits, "
+                         f"not {token!r}")
+    return check_schema_name(schema) + ECHO_INFIX + token

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from . import history
 from ._checks import (
@@ -381,6 +382,12 @@ class Engine:
     def listen_cancelled(self, conn: psycopg.Connection[Any]) -> None:
         """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
         self._db._fetch("channel_listen_cancelled", None, conn)
+
+    def listen_echo(self, conn: psycopg.Connection[Any], channel: str) -> None:
+        """LISTEN on conn as well on a worker's own echo channel (worker/echo.py)."""
+        statement = sql.SQL(self._db._sql["channel_listen_echo_ddl"]).format(
+            channel=sql.Identifier(channel))
+        conn.execute(statement, prepare=False)
 
     def echo(self, channel: str, payload: str) -> None:
         """NOTIFY `channel` with a worker's echo (worker/echo.py)."""

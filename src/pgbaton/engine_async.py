@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from . import history
 from ._checks import (
@@ -379,6 +380,12 @@ class AsyncEngine:
     async def listen_cancelled(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
         await self._db._fetch("channel_listen_cancelled", None, conn)
+
+    async def listen_echo(self, conn: psycopg.AsyncConnection[Any], channel: str) -> None:
+        """LISTEN on conn as well on a worker's own echo channel (worker/echo.py)."""
+        statement = sql.SQL(self._db._sql["channel_listen_echo_ddl"]).format(
+            channel=sql.Identifier(channel))
+        await conn.execute(statement, prepare=False)
 
     async def echo(self, channel: str, payload: str) -> None:
         """NOTIFY `channel` with a worker's echo (worker/echo.py)."""

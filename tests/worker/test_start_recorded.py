@@ -17,9 +17,13 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbaton
+from pgbaton._sql import echo_channel
+from pgbaton.limits import MAX_SCHEMA_NAME_LENGTH
 from pgbaton.worker import Worker, WorkerConfig
 from tests.helpers import listen_session_pid, wait_for
 from tests.proxy import PausableProxy
@@ -274,3 +278,48 @@ async def test_a_listen_session_gone_silent_is_found_out_by_its_echo(queue, db, 
     assert code == 0
     assert worker.stats["cancels_heard"] == 0
     never_ran(db, tasks, behind)
+
+
+async def test_a_worker_echoes_on_a_channel_only_its_own_session_hears(
+    queue, db, dsn, schema
+):
+    """A worker's echo goes to a channel of its own (worker/echo.py): a session that
+    listens on the cancels' channel, as every other worker does, hears none of them,
+    though the worker hears each. On the shared channel, each of W workers would hear
+    every other's echoes, W² deliveries twice a second while jobs wait ahead."""
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    worker, running = start(app, "echo")
+    other = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    try:
+        await other.execute(f'LISTEN "{schema}_cancelled"')
+        await one_running_one_behind(worker, tasks)
+        # Two echoes sent after the other session listened, and heard by the worker:
+        # on a shared channel both would have reached the other session too.
+        since = worker.held.now()
+        await wait_for(lambda: worker.held.echo_heard > since + 0.3,
+                       "two echoes heard back after the other session listened")
+        heard = [n.payload async for n in other.notifies(timeout=0.2)]
+        tasks.let_go.set()
+    finally:
+        await other.close()
+        code = await stop(worker, running)
+        app.queue.close()
+    assert code == 0
+    assert heard == [], heard
+
+
+def test_an_echo_channel_of_the_longest_schema_name_is_heard_whole(dsn):
+    """With a schema name at its limit, the echo channel still fits PostgreSQL's 63
+    bytes: pg_notify refuses a longer name, and LISTEN would cut it short and hear
+    nothing."""
+    channel = echo_channel("s" * MAX_SCHEMA_NAME_LENGTH, "0a1b2c")
+    assert len(channel.encode()) == 63
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        conn.execute("SELECT pg_notify(%s, 'echo:w:1')", (channel,))
+        heard = [(n.channel, n.payload) for n in conn.notifies(timeout=2.0, stop_after=1)]
+    assert heard == [(channel, "echo:w:1")]
+    for token in ("", "0a1b2", "0A1B2C", "0a1b2g", "0a1b2c3"):
+        with pytest.raises(ValueError, match="6 hex digits"):
+            echo_channel("pgbaton", token)

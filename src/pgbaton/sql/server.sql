@@ -29,9 +29,14 @@ LISTEN __ended_channel__;
 -- job's id. The worker that holds it stops it now, not at its next heartbeat.
 LISTEN __cancelled_channel__;
 
+-- name: channel_listen_echo_ddl
+-- LISTEN on a worker's own echo channel (_sql.echo_channel), beside the cancels' on
+-- the same session; the channel, an identifier, is filled in by the engine.
+LISTEN {channel};
+
 -- name: channel_echo
--- A worker's echo on the cancels' channel (payload `echo:<worker id>:<n>`): heard back
--- on its own LISTEN session, it shows that session still hears cancels. A session cut
+-- A worker's echo on its own channel (payload `echo:<worker id>:<n>`): heard back on
+-- its LISTEN session, it shows that session still hears cancels. A session cut
 -- off without an error (a dropped route, a lost peer) hears nothing and raises nothing
 -- until TCP gives up, hours later (worker/echo.py). Its commit need not wait for the
 -- disk (an echo lost in a crash is an echo unheard), so it holds the server's notify

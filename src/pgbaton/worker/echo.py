@@ -1,6 +1,7 @@
 """Shows that the worker's LISTEN session still hears cancels: every ECHO_SECONDS, while
-jobs wait ahead in the worker, it NOTIFYs the cancels' channel with an echo of its own
-(`echo:<worker id>:<n>`), and the session hears it back.
+jobs wait ahead in the worker, it NOTIFYs a channel of its own, on which that session
+listens beside the cancels' (_sql.echo_channel), with an echo (`echo:<worker id>:<n>`),
+and the session hears it back.
 
 A job claimed ahead starts with no statement of its own only while the worker hears
 cancels (worker/starter.py), and a session can stop hearing without an error: a route
@@ -11,12 +12,14 @@ first again, until an echo comes back. A cancel sent in those seconds reaches it
 late: at the job's next beat (an early one a second into its run) or its outcome, which
 its handler's cancel or a refused write then stops.
 
-The notification queue is one for every channel, in commit order, so an echo heard
-says that every cancel committed before it was heard too. An echo's commit does not
-wait for the disk (the statement sets synchronous_commit off for itself): it holds
-the server's notify lock only as long as a commit's own work. Every worker of the
-schema hears every other's echoes (two a second each while jobs wait ahead in it) and
-ignores them at the cost of a prefix test.
+The notification queue is one for every channel, in commit order, and a session reads
+it in that order for every channel it listens on, so an echo heard says that every
+cancel committed before it was heard too. An echo's commit does not wait for the disk
+(the statement sets synchronous_commit off for itself): it holds the server's notify
+lock only as long as a commit's own work. The channel is the worker's own so that no
+other worker hears it: on the cancels' channel, each of W workers heard every other's
+echoes, W² deliveries twice a second while jobs waited ahead. Echoes of an older
+release's workers still come on the cancels' channel, and are ignored there.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 
-from .._sql import cancelled_channel
+from .._sql import ECHO_TOKEN_LENGTH, echo_channel
 from ..queue_async import AsyncQueue
 from .held import ECHO_STALE_SECONDS, HeldJobs
 
@@ -44,7 +48,9 @@ class Echo:
     def __init__(self, queue: AsyncQueue, held: HeldJobs, worker_id: str) -> None:
         self._queue = queue
         self._held = held
-        self._channel = cancelled_channel(queue.schema)
+        # This worker's own channel: drawn, not derived from the worker id, which may
+        # be long or shared by mistake (a clash only means ignoring the other's echoes).
+        self.channel = echo_channel(queue.schema, secrets.token_hex(ECHO_TOKEN_LENGTH // 2))
         self._prefix = f"{ECHO_PREFIX}{worker_id}:"
         self._sent: dict[int, float] = {}  # echo number -> when it was sent
         self._number = 0
@@ -69,7 +75,7 @@ class Echo:
                     del self._sent[min(self._sent)]
                 try:
                     await asyncio.wait_for(
-                        self._queue.engine.echo(self._channel, f"{self._prefix}{self._number}"),
+                        self._queue.engine.echo(self.channel, f"{self._prefix}{self._number}"),
                         timeout=ECHO_STALE_SECONDS)
                 except Exception as error:
                     self._warn("could not send its echo (%s: %s); jobs claimed ahead have "
@@ -102,8 +108,9 @@ class Echo:
             logger.warning("worker echo: " + message, *args)
 
     def heard(self, payload: str) -> bool:
-        """Whether a payload on the cancels' channel is an echo: this worker's own (the
-        session hears; its send time is kept) or another worker's (nothing to do)."""
+        """Whether a payload heard is an echo: this worker's own (the session hears; its
+        send time is kept) or another worker's (an older release's, on the cancels'
+        channel, or one that drew the same channel: nothing to do)."""
         if not payload.startswith(ECHO_PREFIX):
             return False
         if not payload.startswith(self._prefix):

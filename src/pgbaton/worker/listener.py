@@ -27,12 +27,14 @@ async def listen(
     connect: SessionConnect | None = None,
     cancelled: Callable[[str | None], None] | None = None,
     deaf: Callable[[], None] | None = None,
+    echo_channel: str | None = None,
 ) -> None:
     """Call wake(reason) on every notification for our queues, and cancelled(payload) on
     every running job's cancel (its id, as sent: anyone may NOTIFY, so the worker checks
     its claims; None once the session listens, after a (re)connect, when cancels may
-    have gone to nobody), and deaf() when the session is lost. Runs until cancelled."""
-    cancel_channel = cancelled_channel(queue.schema)
+    have gone to nobody) and on every echo of the worker's own channel (worker/echo.py),
+    and deaf() when the session is lost. Runs until cancelled."""
+    cancel_channels = {cancelled_channel(queue.schema), echo_channel}
     while True:
         try:
             conn = await (connect() if connect else queue.connect(autocommit=True))
@@ -40,11 +42,13 @@ async def listen(
                 await queue.engine.listen(conn)
                 if cancelled is not None:
                     await queue.engine.listen_cancelled(conn)
+                    if echo_channel is not None:
+                        await queue.engine.listen_echo(conn, echo_channel)
                     cancelled(None)
                 # Jobs committed while we were not listening sent their NOTIFY to nobody.
                 wake("listen")
                 async for notification in conn.notifies():
-                    if notification.channel == cancel_channel:
+                    if notification.channel in cancel_channels:
                         if cancelled is not None:
                             cancelled(notification.payload)
                     elif queues is None or notification.payload in queues:

@@ -204,7 +204,8 @@ class Worker:
         if session_connect is not None:  # else polling only (plan_sessions warned)
             start("listener", lambda: listen(
                 self.queue, self.config.queues, self._wake, connect=session_connect,
-                cancelled=self.cancels.heard, deaf=self.cancels.deaf))
+                cancelled=self.cancels.heard, deaf=self.cancels.deaf,
+                echo_channel=self.echo.channel))
             start("echo", self.echo.run)
             if self.config.maintenance:
                 self.leader = self._make_leader(session_connect)

@@ -380,8 +380,9 @@ def _one_running_three_held(start_worker, db, queue, lines_path):
     worker = start_worker("--no-maintenance", "--poll-interval", "0.2", "--claim-ahead",
                           "3", "--concurrency", "1", "--shutdown-grace", "0.2",
                           app_spec=AHEAD_SPEC, env_extra={LINES_ENV: str(lines_path)})
+    # LISTEN on its echo channel is the last statement of the session's set-up.
     wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle'"
-                                  " AND query LIKE %s", f"%LISTEN %{queue.schema}_cancelled%")
+                                  " AND query LIKE %s", f"%LISTEN %{queue.schema}_echo_%")
                == 1, timeout=30, what="the worker listening")
     jobs = _enqueue(queue, 4, args={"seconds": 30})
     wait_until(lambda: scalar(db, "SELECT count(*) FROM jobs WHERE status = 'running'")

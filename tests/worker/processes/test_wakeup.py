@@ -18,13 +18,14 @@ NEVER_POLL = ("--poll-interval", "3600")
 def wait_for_listener(db, schema: str) -> None:
     """Wait until the worker's LISTEN connection is up (pg_listening_channels is per
     session, so look for the session whose last statement was its last LISTEN: after the
-    one on `<schema>_jobs`, the one on `<schema>_cancelled`)."""
-    channel = schema + "_cancelled"
+    ones on `<schema>_jobs` and `<schema>_cancelled`, the one on its own echo channel,
+    `<schema>_echo_<6 hex digits>`)."""
+    channel = schema + "_echo_"
     wait_until(
         lambda: scalar(
             db,
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s",
-            f'%LISTEN "{channel}";',
+            f'%LISTEN "{channel}______";',
         ) == 1,
         timeout=30,
         what=f"the worker to LISTEN on {channel}",
