@@ -4,7 +4,9 @@ what it does about each: docs/explanation/architecture.md, "Cancels delivered".
 A notification naming a job the worker holds doubts it (HeldJobs.doubt) and makes the
 heartbeat beat now; the fenced beat stops what is no longer held, and a job not started
 waits for it. One naming a job not held is kept a while: a claim whose answer is on its
-way may bring that job. A LISTEN session that is new (None) doubts everything held, and
+way may bring that job; when more come than are kept (anyone may NOTIFY), the claims
+on their way when one was pushed out are doubted whole. A LISTEN session that is new
+(None) doubts everything held, and
 every claim sent before it: cancels may have gone to nobody meanwhile. The worker's own
 echoes (worker/echo.py) pass through here too.
 """
@@ -35,6 +37,9 @@ class Cancels:
         self._stats = stats  # cancels_heard
         # Job id -> when its cancel was heard, for jobs not held then (heard).
         self.unheld: dict[int, float] = {}
+        # When the latest cancel pushed out of `unheld` was heard: a claim sent before
+        # that may bring its job, unrecognised (claimed).
+        self._pushed_out_heard_at = -math.inf
         self._listening_since = 0.0  # when the LISTEN session last became new
 
     def heard(self, payload: str | None) -> None:
@@ -71,7 +76,9 @@ class Cancels:
         self.unheld.pop(job_id, None)
         self.unheld[job_id] = self._held.now()
         if len(self.unheld) > MAX_CANCELS_KEPT:
-            del self.unheld[next(iter(self.unheld))]
+            oldest = next(iter(self.unheld))
+            self._pushed_out_heard_at = max(self._pushed_out_heard_at,
+                                            self.unheld.pop(oldest))
 
     def deaf(self) -> None:
         """The LISTEN session is gone: cancels may go unheard until it is back, so jobs
@@ -87,6 +94,11 @@ class Cancels:
             # Sent before the LISTEN session was new: a cancel may have gone to nobody
             # before the claim's answer came, and the session's own doubt missed these.
             self._doubt(claims, renew=True)
+            doubted = True
+        elif sent_at <= self._pushed_out_heard_at:
+            # A cancel heard while this claim was on its way was pushed out by a flood:
+            # it may name any of these.
+            self._doubt(claims, renew=False)
             doubted = True
         if self.unheld:
             # Cancelled while this claim's answer was on its way (heard)?
