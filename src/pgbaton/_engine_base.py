@@ -206,7 +206,8 @@ def release_params(claims: Sequence[Claim]) -> dict[str, Any]:
     """job_release_many's, for plain releases: no delay, no snooze counted."""
     nothing: list[Any] = [None] * len(claims)
     return {**held_params(claims), "delays": nothing, "untils": nothing,
-            "snoozes": [False] * len(claims), "max_snoozes": nothing, "errors": nothing}
+            "snoozes": [False] * len(claims), "max_snoozes": nothing, "errors": nothing,
+            "ran": [NOT_RECORDED] * len(claims)}
 
 
 def snooze_params(snoozes: Sequence[tuple[Claim, Snooze, int | None]]) -> dict[str, Any]:
@@ -226,6 +227,8 @@ def snooze_params(snoozes: Sequence[tuple[Claim, Snooze, int | None]]) -> dict[s
             f"the job snoozed {limit:,} times, its task's max_snoozes, and snoozed "
             f"again: it ends here" + (f" (last note: {s.note})" if s.note else "")))
             for _, s, limit in snoozes],
+        # A snooze past its limit ends the job: its start is recorded, as an outcome's.
+        "ran": run_times([claim for claim, _, _ in snoozes], ended=True),
     }
 
 

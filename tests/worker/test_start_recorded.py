@@ -64,7 +64,13 @@ class Tasks:
             self.began[context.job_id] = time.time()
             await asyncio.sleep(seconds)
 
-        self.first, self.gate, self.note = first, gate, note
+        @app.task(name="snoozer", pass_context=True, max_snoozes=0)
+        async def snoozer(context: pgbaton.JobContext) -> None:
+            self.began[context.job_id] = time.time()
+            await asyncio.sleep(0.2)
+            raise pgbaton.Snooze(60)
+
+        self.first, self.gate, self.note, self.snoozer = first, gate, note, snoozer
 
 
 def start(app: pgbaton.App, name: str) -> tuple[Worker, asyncio.Task[int]]:
@@ -155,6 +161,35 @@ async def test_the_outcome_records_the_start_of_a_job_claimed_ahead(queue, db, d
     # Each waited for the one before it: its start is its own, not the claim's.
     starts = sorted(float(r["started"]) for r in rows.values())
     assert all(b - a >= 0.19 for a, b in itertools.pairwise(starts)), starts
+
+
+async def test_a_snooze_past_its_limit_records_the_start_of_a_job_claimed_ahead(
+    queue, db, dsn, schema
+):
+    """A job started from the jobs ahead snoozes once past its task's max_snoozes (0):
+    the write that ends it as failed records its handler's start, as any outcome does,
+    and takes its claim's hold back."""
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    worker, running = start(app, "snooze")
+    try:
+        tasks.first.defer()
+        snoozer = tasks.snoozer.defer()
+        await held(worker, 2)
+        await hearing(worker)
+        tasks.let_first_go.set()
+        await wait_for(lambda: jobs(db, [snoozer])[snoozer]["status"] == "failed",
+                       "the snoozer failed past its limit")
+    finally:
+        code = await stop(worker, running)
+        app.queue.close()
+    assert code == 0
+    assert worker.stats["starts_written"] == 0  # its start is the failure's to record
+    row = jobs(db, [snoozer])[snoozer]
+    assert row["started"] is not None
+    assert abs(float(row["started"]) - tasks.began[snoozer]) < CLOCK_SLACK_SECONDS
+    assert float(row["finished"]) - float(row["started"]) >= 0.19
+    assert (row["attempts"], row["holds"]) == (0, 0), row
 
 
 async def test_a_long_job_claimed_ahead_has_its_start_recorded_by_an_early_beat(

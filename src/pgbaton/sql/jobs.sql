@@ -623,14 +623,16 @@ RETURNING held.position, j.status;
 -- says its handler has stopped, so the job's key, and the retried job itself, need not
 -- wait for the lease; one cancelled while it waited in the worker (claimed ahead, never
 -- started) gets back the hold its claim counted, as a release does. Only the running
--- jobs count as released (the others were lost).
+-- jobs count as released (the others were lost). A snooze past its limit records the
+-- start of a job claimed ahead as job_complete_many does (`ran`: how long its handler
+-- ran; -1 for a release, whose job goes back to pending with no start).
 -- The extra arrays travel as text: they are rare, and mostly NULLs.
 WITH held AS (
     SELECT * FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(delays)s::float8[],
                          %(untils)s::timestamptz[], %(snoozes)s::boolean[],
-                         %(max_snoozes)s::integer[], %(errors)s::jsonb[])
+                         %(max_snoozes)s::integer[], %(errors)s::jsonb[], %(ran)b::float8[])
                   WITH ORDINALITY AS held(id, token, delay, until, snooze, max_snoozes,
-                                          error, position)
+                                          error, ran, position)
 ),
 let_go AS (
     UPDATE __schema__.jobs AS j
@@ -661,7 +663,9 @@ SET status      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN '
                            'attempt', j.attempts - 1, 'worker_id', j.worker_id, 'at', now()))
                        ELSE j.errors END,
     worker_id   = NULL,
-    started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.started_at
+    started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes
+                       THEN coalesce(j.started_at, CASE WHEN held.ran >= 0
+                                     THEN now() - make_interval(secs => held.ran) END)
                   END,
     -- A job released before it started was held ahead by a worker that lived to hand
     -- it back: the hold its claim counted is taken back (job_claim_many).
