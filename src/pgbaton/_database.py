@@ -407,26 +407,34 @@ class Database:
         """A statement of the worker's hot path: its column names and its rows as
         tuples, in binary (no dict per row, no text to parse), jsonb decoded by
         JsonbBinaryLoader (_read_jsonb_binary). `took`: gets the seconds the statement
-        took, from its sending to its last row (the wait for a connection left out)."""
+        took, from its sending to its last row (the wait for a connection left out).
+        In a worker's async database, a statement unanswered for hot_path_bound seconds
+        raises StatementCutOff (_cut_off.py)."""
         with (
             self._connection() as pooled,
             pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
         ):
-            sent = time.monotonic()
-            cursor.execute(self._sql[name], params)
-            result = cursor.pgresult
-            if result is None or not result.nfields:  # no rows returned: no description
-                names: list[str] = []
-                rows: list[tuple[Any, ...]] = []
-            else:
-                known = self._column_names.get(name)
-                if known is None:
-                    known = [column.name for column in cursor.description or ()]
-                    self._column_names[name] = known
-                names, rows = known, cursor.fetchall()
-            if took is not None:
-                took.append(time.monotonic() - sent)
-            return names, rows
+            return self._tuples_of(cursor, name, params, took)
+
+    def _tuples_of(
+        self, cursor: psycopg.Cursor[tuple[Any, ...]], name: str,
+        params: Mapping[str, Any], took: list[float] | None,
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        sent = time.monotonic()
+        cursor.execute(self._sql[name], params)
+        result = cursor.pgresult
+        if result is None or not result.nfields:  # no rows returned: no description
+            names: list[str] = []
+            rows: list[tuple[Any, ...]] = []
+        else:
+            known = self._column_names.get(name)
+            if known is None:
+                known = [column.name for column in cursor.description or ()]
+                self._column_names[name] = known
+            names, rows = known, cursor.fetchall()
+        if took is not None:
+            took.append(time.monotonic() - sent)
+        return names, rows
 
     def _changed_positions(
         self, name: str, params: Mapping[str, Any], count: int

@@ -19,6 +19,7 @@ from psycopg.types.json import JsonbLoader
 
 from . import _sql
 from ._checks import check_seconds
+from ._cut_off import cut_off_after  # sync: skip (async only)
 from ._decoding import JsonbBinaryLoader
 from ._engine_base import Row, accepted
 from ._parsed_once import ParsedOnceAsyncCursor
@@ -263,6 +264,10 @@ class AsyncDatabase:
         # builds a Column object per column per call, about 4% of a drain's worker CPU.
         self._column_names: dict[str, list[str]] = {}
         self._pool_size = pool_size
+        # The longest a statement of the hot path (_fetch_tuples) may wait for its
+        # answer before its connection is cut off (_cut_off.py): a worker sets its lease
+        # here. None: no bound, as for every other statement.
+        self.hot_path_bound: float | None = None  # sync: skip (no loop to keep time on)
         self._pool: Pool | None = None
         self._opening = asyncio.Lock()
         self._schema_checked = False
@@ -405,26 +410,42 @@ class AsyncDatabase:
         """A statement of the worker's hot path: its column names and its rows as
         tuples, in binary (no dict per row, no text to parse), jsonb decoded by
         JsonbBinaryLoader (_read_jsonb_binary). `took`: gets the seconds the statement
-        took, from its sending to its last row (the wait for a connection left out)."""
-        async with (
-            self._connection() as pooled,
-            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
-        ):
-            sent = time.monotonic()
-            await cursor.execute(self._sql[name], params)
-            result = cursor.pgresult
-            if result is None or not result.nfields:  # no rows returned: no description
-                names: list[str] = []
-                rows: list[tuple[Any, ...]] = []
-            else:
-                known = self._column_names.get(name)
-                if known is None:
-                    known = [column.name for column in cursor.description or ()]
-                    self._column_names[name] = known
-                names, rows = known, await cursor.fetchall()
-            if took is not None:
-                took.append(time.monotonic() - sent)
-            return names, rows
+        took, from its sending to its last row (the wait for a connection left out).
+        In a worker's async database, a statement unanswered for hot_path_bound seconds
+        raises StatementCutOff (_cut_off.py)."""
+        if self.hot_path_bound is not None:  # sync: skip (only a worker sets it)
+            async with (
+                self._connection() as pooled,
+                cut_off_after(pooled, self.hot_path_bound),
+                pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+            ):
+                return await self._tuples_of(cursor, name, params, took)
+        else:
+            async with (
+                self._connection() as pooled,
+                pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+            ):
+                return await self._tuples_of(cursor, name, params, took)
+
+    async def _tuples_of(
+        self, cursor: psycopg.AsyncCursor[tuple[Any, ...]], name: str,
+        params: Mapping[str, Any], took: list[float] | None,
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        sent = time.monotonic()
+        await cursor.execute(self._sql[name], params)
+        result = cursor.pgresult
+        if result is None or not result.nfields:  # no rows returned: no description
+            names: list[str] = []
+            rows: list[tuple[Any, ...]] = []
+        else:
+            known = self._column_names.get(name)
+            if known is None:
+                known = [column.name for column in cursor.description or ()]
+                self._column_names[name] = known
+            names, rows = known, await cursor.fetchall()
+        if took is not None:
+            took.append(time.monotonic() - sent)
+        return names, rows
 
     async def _changed_positions(
         self, name: str, params: Mapping[str, Any], count: int

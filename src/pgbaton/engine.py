@@ -37,6 +37,7 @@ from ._checks import (
 )
 from ._database import Database
 from ._engine_base import (
+    Row,
     changed,
     check_dead_share,
     claim_params,
@@ -146,12 +147,18 @@ class Engine:
         leaving such queues alone, so a setting made meanwhile is never overstepped."""
         now = time.monotonic()
         if now - self._flow_read_at >= FLOW_RECHECK_SECONDS:
-            (row,) = self._db._fetch("queue_flow_state")
+            (row,) = self._hot_rows("queue_flow_state", {})
             self._flow_controlled = row["controlled"] > 0
             self.limited_queues = frozenset(row["limited"])
             self.rated_queues = frozenset(row["rated"])
             self._flow_read_at = now
         return self._flow_controlled
+
+    def _hot_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """A statement the worker's claims, starts or outcomes wait on, read as the hot
+        path's are (and so bounded in a worker: bound_hot_path), its rows as dicts."""
+        names, rows = self._db._fetch_tuples(name, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def flow_changed(self) -> None:
         """A queue's pause or limits were just set through this handle: the next claim
@@ -182,8 +189,8 @@ class Engine:
         room.subtract(c.queue for c in taken)
         freed = sorted(queue for queue, count in room.items() if count > 0)
         if freed:
-            self._db._fetch("queue_notify_freed",
-                            {"channel": self._db.channel, "queues": freed})
+            self._hot_rows("queue_notify_freed",
+                           {"channel": self._db.channel, "queues": freed})
 
     # -- holding --------------------------------------------------------------------
 
@@ -220,7 +227,7 @@ class Engine:
         claims = list(claims)
         if not claims:
             return []
-        rows = self._db._fetch("job_start_many", held_params(claims))
+        rows = self._hot_rows("job_start_many", held_params(claims))
         renew_leases(claims, rows, started=True)
         return changed(rows, len(claims))
 

@@ -33,8 +33,10 @@ from ._checks import (
     check_seconds,
     held_params,
 )
+from ._cut_off import MIN_BOUND_SECONDS  # sync: skip (async only)
 from ._database_async import AsyncDatabase
 from ._engine_base import (
+    Row,
     changed,
     check_dead_share,
     claim_params,
@@ -144,12 +146,18 @@ class AsyncEngine:
         leaving such queues alone, so a setting made meanwhile is never overstepped."""
         now = time.monotonic()
         if now - self._flow_read_at >= FLOW_RECHECK_SECONDS:
-            (row,) = await self._db._fetch("queue_flow_state")
+            (row,) = await self._hot_rows("queue_flow_state", {})
             self._flow_controlled = row["controlled"] > 0
             self.limited_queues = frozenset(row["limited"])
             self.rated_queues = frozenset(row["rated"])
             self._flow_read_at = now
         return self._flow_controlled
+
+    async def _hot_rows(self, name: str, params: Mapping[str, Any]) -> list[Row]:
+        """A statement the worker's claims, starts or outcomes wait on, read as the hot
+        path's are (and so bounded in a worker: bound_hot_path), its rows as dicts."""
+        names, rows = await self._db._fetch_tuples(name, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def flow_changed(self) -> None:
         """A queue's pause or limits were just set through this handle: the next claim
@@ -180,8 +188,8 @@ class AsyncEngine:
         room.subtract(c.queue for c in taken)
         freed = sorted(queue for queue, count in room.items() if count > 0)
         if freed:
-            await self._db._fetch("queue_notify_freed",
-                                  {"channel": self._db.channel, "queues": freed})
+            await self._hot_rows("queue_notify_freed",
+                                 {"channel": self._db.channel, "queues": freed})
 
     # -- holding --------------------------------------------------------------------
 
@@ -218,7 +226,7 @@ class AsyncEngine:
         claims = list(claims)
         if not claims:
             return []
-        rows = await self._db._fetch("job_start_many", held_params(claims))
+        rows = await self._hot_rows("job_start_many", held_params(claims))
         renew_leases(claims, rows, started=True)
         return changed(rows, len(claims))
 
@@ -380,6 +388,13 @@ class AsyncEngine:
     async def listen_cancelled(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """LISTEN on conn as well for running jobs cancelled (payload: the job's id)."""
         await self._db._fetch("channel_listen_cancelled", None, conn)
+
+    def bound_hot_path(self, seconds: float) -> None:  # sync: skip (no loop, no bound)
+        """Cut off the connection of a statement of the hot path (a claim, outcomes,
+        starts, progress, logs, releases) that has had no answer for `seconds`, and
+        raise StatementCutOff, a passing error (_cut_off.py). A worker bounds them by
+        its lease, as its heartbeat bounds its own, and never under MIN_BOUND_SECONDS."""
+        self._db.hot_path_bound = max(seconds, MIN_BOUND_SECONDS)
 
     async def listen_echo(self, conn: psycopg.AsyncConnection[Any], channel: str) -> None:
         """LISTEN on conn as well on a worker's own echo channel (worker/echo.py)."""

@@ -3,7 +3,7 @@ what it does about each: docs/explanation/architecture.md, "Cancels delivered".
 
 A notification naming a job the worker holds doubts it (HeldJobs.doubt) and makes the
 heartbeat beat now; the fenced beat stops what is no longer held, and a job not started
-waits for it. One naming a job not held is kept a while: a claim whose answer is on its
+waits for it. One naming a job not held is kept: a claim whose answer is on its
 way may bring that job; when more come than are kept (anyone may NOTIFY), the claims
 on their way when one was pushed out are doubted whole. A LISTEN session that is new
 (None) doubts everything held, and
@@ -21,9 +21,9 @@ from ..models import Claim
 from .echo import Echo
 from .held import HeldJobs
 
-# Cancels heard for jobs this worker does not hold are kept this long, at most this many:
-# a claim whose answer is on its way may bring one (Cancels.claimed).
-CANCEL_KEPT_SECONDS = 10.0
+# Cancels heard for jobs this worker does not hold are kept, at most this many, the
+# oldest pushed out first: a claim whose answer is on its way may bring one
+# (Cancels.claimed).
 MAX_CANCELS_KEPT = 1024
 
 
@@ -101,10 +101,10 @@ class Cancels:
             self._doubt(claims, renew=False)
             doubted = True
         if self.unheld:
-            # Cancelled while this claim's answer was on its way (heard)?
-            now = self._held.now()
+            # Cancelled while this claim's answer was on its way (heard since it was
+            # sent, however long it took)? One heard before, the claim itself saw.
             named = [c for c in claims if (at := self.unheld.pop(c.id, None)) is not None
-                     and now - at < CANCEL_KEPT_SECONDS]
+                     and at >= sent_at]
             self._doubt(named, renew=False)
             self._stats["cancels_heard"] += len(named)
             doubted = doubted or bool(named)

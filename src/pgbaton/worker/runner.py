@@ -93,6 +93,10 @@ class Worker:
                                   f"pgbaton worker {self.worker_id}"),
             schema=app.schema, pool_size=4, events=app.events,
         )
+        # A connection gone silent must not stall the claim or the outcomes for the
+        # hours TCP takes to say so: past the lease, the answer is no use anyway (the
+        # jobs may be reaped), and the statement goes again on another connection.
+        self.queue.engine.bound_hot_path(self.config.lease)
         self.events = app.events
         self.stats: Counter[str] = Counter()
         self.exit_status = 0

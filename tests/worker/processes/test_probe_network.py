@@ -1,7 +1,8 @@
 """A worker claiming ahead whose open connections go silent for good (a firewall that
 drops an idle flow, a NAT that forgot it) while new ones get through: it must go on
-starting the jobs it claims ahead, as it goes on beating (the heartbeat bounds every
-statement by the lease for this reason). Effects go straight to the server."""
+starting the jobs it claims ahead, as it goes on beating. The heartbeat bounds its
+statements by the lease, and the hot path's are cut off past it (_cut_off.py), so each
+goes again on a fresh connection. Effects go straight to the server."""
 
 from __future__ import annotations
 
@@ -78,11 +79,6 @@ class FreezingProxy:
         self._closed.wait()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the claim, the completer's writes and job_start_many have no bound (only the "
-    "heartbeat's statements are bounded by the lease): a statement sent on a connection "
-    "that went silent waits for TCP to give up, and the worker runs nothing meanwhile "
-    "(reported, not fixed)"))
 def test_a_worker_whose_connections_go_silent_still_starts_what_it_claims_ahead(
     run_worker, db, app_schema, queue, dsn  # noqa: F811
 ):
