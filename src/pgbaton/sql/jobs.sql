@@ -626,7 +626,7 @@ RETURNING held.position, j.status;
 -- jobs count as released (the others were lost). A snooze past its limit records the
 -- start of a job claimed ahead as job_complete_many does (`ran`: how long its handler
 -- ran; -1 for a release, whose job goes back to pending with no start).
--- The extra arrays travel as text: they are rare, and mostly NULLs.
+-- The extra arrays but `ran` travel as text: they are rare, and mostly NULLs.
 WITH held AS (
     SELECT * FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(delays)s::float8[],
                          %(untils)s::timestamptz[], %(snoozes)s::boolean[],
