@@ -45,7 +45,7 @@ async def cut_off_after(conn: psycopg.AsyncConnection[Any], seconds: float
     """Within the block, a statement on `conn` that has not answered after `seconds`
     has its connection shut down, and the block raises StatementCutOff."""
     cut: list[bool] = []
-    timer = asyncio.get_running_loop().call_later(seconds, _shut_down, conn, cut)
+    timer = asyncio.get_running_loop().call_later(seconds, _cut, conn, cut)
     try:
         yield
     except psycopg.OperationalError as error:
@@ -62,14 +62,22 @@ async def cut_off_after(conn: psycopg.AsyncConnection[Any], seconds: float
         await conn.close()
 
 
-def _shut_down(conn: psycopg.AsyncConnection[Any], cut: list[bool]) -> None:
+def _cut(conn: psycopg.AsyncConnection[Any], cut: list[bool]) -> None:
+    if shut_down(conn):
+        cut.append(True)
+
+
+def shut_down(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Shut the connection's socket down, whatever waits on it: a wait for its next
+    message ends at once as a lost connection. False if it was closed already, or the
+    platform cannot (the wait then goes on)."""
     if conn.closed:
-        return
+        return False
     # A duplicate of the descriptor: shutdown() acts on the socket that both name, and
     # libpq's own descriptor stays valid for it to read the end from, and close.
     try:
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
             sock.shutdown(socket.SHUT_RDWR)
     except OSError:
-        return  # not cut (a platform where this cannot be done): the statement waits
-    cut.append(True)
+        return False
+    return True

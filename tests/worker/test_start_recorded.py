@@ -25,6 +25,7 @@ import pgbaton
 from pgbaton._sql import echo_channel
 from pgbaton.limits import MAX_SCHEMA_NAME_LENGTH
 from pgbaton.worker import Worker, WorkerConfig
+from pgbaton.worker import echo as echo_module
 from tests.helpers import listen_session_pid, wait_for
 from tests.proxy import PausableProxy
 
@@ -358,3 +359,50 @@ def test_an_echo_channel_of_the_longest_schema_name_is_heard_whole(dsn):
     for token in ("", "0a1b2", "0A1B2C", "0a1b2g", "0a1b2c3"):
         with pytest.raises(ValueError, match="6 hex digits"):
             echo_channel("pgbaton", token)
+
+
+async def test_a_listen_session_gone_silent_is_cut_off_and_opened_anew(
+    queue, db, dsn, schema, monkeypatch
+):
+    """The LISTEN session's proxy goes silent (no error, no close). Once no echo has
+    come back for ECHO_SILENT_SECONDS (1 s here), the worker cuts the session off
+    instead of waiting for TCP, and opens a new one when the route is back; a cancel
+    then reaches its waiting job by notification again."""
+    monkeypatch.setattr(echo_module, "ECHO_SILENT_SECONDS", 1.0)
+    info = conninfo_to_dict(dsn)
+    proxy = PausableProxy(str(info.get("host") or "/tmp"), int(info.get("port") or 5432))
+    app = pgbaton.App(dsn, schema=schema)
+    tasks = Tasks(app)
+    worker_id = f"recut-{uuid.uuid4().hex[:8]}"
+    worker = Worker(app, WorkerConfig(
+        concurrency=1, claim_ahead=3, lease=LEASE_SECONDS, maintenance=False,
+        poll_interval=0.05, shutdown_grace=1.0, worker_id=worker_id,
+        listen_dsn=make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))))
+    running = asyncio.create_task(worker.run())
+    try:
+        _, behind = await one_running_one_behind(worker, tasks)
+        silent = await listen_session_pid(db, worker_id)
+        proxy.pause()
+        await wait_for(lambda: worker.stats["listen_sessions_cut"] >= 1,
+                       "the silent session cut off", SILENCE_FOUND_SECONDS)
+        proxy.resume()
+        await wait_for(lambda: listen_pids(db, worker_id) - {silent}, "a new LISTEN session")
+        await hearing(worker)
+        assert queue.cancel(behind) is True
+        await wait_for(lambda: worker.stats["cancels_heard"] == 1,
+                       "the cancel heard on the new session")
+        tasks.let_go.set()
+        await let_go(db, behind)
+        code = await stop(worker, running)
+    finally:
+        proxy.close()
+        app.queue.close()
+    assert code == 0
+    never_ran(db, tasks, behind)
+
+
+def listen_pids(db: psycopg.Connection[Any], worker_id: str) -> set[int]:
+    return {r["pid"] for r in db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        " AND query LIKE '%%LISTEN %%' AND query NOT LIKE '%%pg_notify%%'",
+        (f"pgbaton worker {worker_id}",))}

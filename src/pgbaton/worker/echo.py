@@ -10,7 +10,9 @@ up, hours later. So hearing counts only while the latest echo heard back was sen
 than ECHO_STALE_SECONDS ago (HeldJobs.hearing_cancels); past that, starts are written
 first again, until an echo comes back. A cancel sent in those seconds reaches its job
 late: at the job's next beat (an early one a second into its run) or its outcome, which
-its handler's cancel or a refused write then stops.
+its handler's cancel or a refused write then stops. A session that has heard none for
+ECHO_SILENT_SECONDS more is cut off (ListenSession.cut_off), and listen() opens a new
+one, rather than waiting for TCP.
 
 The notification queue is one for every channel, in commit order, and a session reads
 it in that order for every channel it listens on, so an echo heard says that every
@@ -29,6 +31,8 @@ import contextlib
 import logging
 import math
 import secrets
+from collections import Counter
+from collections.abc import Callable
 
 from .._sql import ECHO_TOKEN_LENGTH, echo_channel
 from ..queue_async import AsyncQueue
@@ -45,9 +49,16 @@ WARN_EVERY_SECONDS = 60.0
 
 
 class Echo:
-    def __init__(self, queue: AsyncQueue, held: HeldJobs, worker_id: str) -> None:
+    def __init__(
+        self, queue: AsyncQueue, held: HeldJobs, worker_id: str, *,
+        cut_session: Callable[[], bool] | None = None, stats: Counter[str] | None = None,
+    ) -> None:
         self._queue = queue
         self._held = held
+        # ListenSession.cut_off: ends a silent LISTEN session, which listen() then opens
+        # anew (listen_sessions_cut in the worker's statistics).
+        self._cut_session = cut_session
+        self._stats: Counter[str] = stats if stats is not None else Counter()
         # This worker's own channel: drawn, not derived from the worker id, which may
         # be long or shared by mistake (a clash only means ignoring the other's echoes).
         self.channel = echo_channel(queue.schema, secrets.token_hex(ECHO_TOKEN_LENGTH // 2))
@@ -86,10 +97,17 @@ class Echo:
                 elif unheard_since is None:
                     unheard_since = now
                 elif now - unheard_since > ECHO_SILENT_SECONDS:
+                    # A session that went silent says nothing until TCP gives up, hours
+                    # later: cut it off, and listen() opens a new one.
+                    cut = self._cut_session is not None and self._cut_session()
+                    if cut:
+                        self._stats["listen_sessions_cut"] += 1
                     self._warn("its LISTEN session has heard none of its echoes for %.0f s: "
                                "it may reach another database than its pool (listen_dsn), "
-                               "or a connection that went silent; jobs claimed ahead have "
-                               "their start written first meanwhile", now - unheard_since)
+                               "or a connection that went silent%s; jobs claimed ahead have "
+                               "their start written first meanwhile", now - unheard_since,
+                               " (cut off: a new one is opened)" if cut else "")
+                    unheard_since = None
             # The next echo is due in ECHO_SECONDS, or sooner when a start had to be
             # written for want of a fresh one (a backlog that begins after an idle
             # spell): at once, but never closer than ECHO_MIN_GAP_SECONDS to the last.

@@ -9,13 +9,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
+
+from .._cut_off import shut_down
 from .._sql import cancelled_channel
 from ..pooling import SessionConnect
 from ..queue_async import AsyncQueue
 from .supervisor import is_transient
 
 logger = logging.getLogger("pgbaton.worker")
+
+
+class ListenSession:
+    """The LISTEN session of the moment, which the worker's echo cuts off when it has
+    gone silent without an error (worker/echo.py): listen() then opens a new one."""
+
+    def __init__(self) -> None:
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+
+    def cut_off(self) -> bool:
+        """Make the session's wait end as a lost connection; False if there is none."""
+        return self.conn is not None and shut_down(self.conn)
 
 
 async def listen(
@@ -28,16 +44,20 @@ async def listen(
     cancelled: Callable[[str | None], None] | None = None,
     deaf: Callable[[], None] | None = None,
     echo_channel: str | None = None,
+    session: ListenSession | None = None,
 ) -> None:
     """Call wake(reason) on every notification for our queues, and cancelled(payload) on
     every running job's cancel (its id, as sent: anyone may NOTIFY, so the worker checks
     its claims; None once the session listens, after a (re)connect, when cancels may
     have gone to nobody) and on every echo of the worker's own channel (worker/echo.py),
-    and deaf() when the session is lost. Runs until cancelled."""
+    and deaf() when the session is lost. `session` holds the connection of the moment.
+    Runs until cancelled."""
     cancel_channels = {cancelled_channel(queue.schema), echo_channel}
     while True:
         try:
             conn = await (connect() if connect else queue.connect(autocommit=True))
+            if session is not None:
+                session.conn = conn
             async with conn:
                 await queue.engine.listen(conn)
                 if cancelled is not None:
@@ -58,6 +78,8 @@ async def listen(
                 raise
             logger.warning("LISTEN connection lost (%s); reconnecting", error)
         finally:
+            if session is not None:
+                session.conn = None
             if deaf is not None:
                 deaf()
         await asyncio.sleep(retry_seconds)

@@ -59,7 +59,7 @@ from .executor import Executor
 from .hand_back import HandBack
 from .heartbeat import Heartbeat
 from .held import HeldJobs, Outcome, Running
-from .listener import listen
+from .listener import ListenSession, listen
 from .presence import Presence
 from .producer import Producer
 from .releasing import release_through_passing_errors
@@ -111,7 +111,9 @@ class Worker:
         self.heartbeat = Heartbeat(
             self.queue, self.held, default_lease=self.config.lease, notify=self._notify
         )
-        self.echo = Echo(self.queue, self.held, self.worker_id)
+        self.listen_session = ListenSession()
+        self.echo = Echo(self.queue, self.held, self.worker_id,
+                         cut_session=self.listen_session.cut_off, stats=self.stats)
         self.starter = Starter(self.queue, self.held, self.stats,
                                beat_now=self.heartbeat.beat_now, want_echo=self.echo.want,
                                stopping=self._stopping)
@@ -209,7 +211,7 @@ class Worker:
             start("listener", lambda: listen(
                 self.queue, self.config.queues, self._wake, connect=session_connect,
                 cancelled=self.cancels.heard, deaf=self.cancels.deaf,
-                echo_channel=self.echo.channel))
+                echo_channel=self.echo.channel, session=self.listen_session))
             start("echo", self.echo.run)
             if self.config.maintenance:
                 self.leader = self._make_leader(session_connect)
