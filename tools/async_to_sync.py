@@ -84,6 +84,7 @@ RENAMES = {
     "ParsedOnceAsyncCursor": "ParsedOnceCursor",
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
+    "AbstractAsyncContextManager": "AbstractContextManager",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "AsyncCallerConnection": "CallerConnection",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -412,29 +412,29 @@ class Database:
         raises StatementCutOff (_cut_off.py)."""
         with (
             self._connection() as pooled,
+            self._bounded(pooled),
             pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
         ):
-            return self._tuples_of(cursor, name, params, took)
+            sent = time.monotonic()
+            cursor.execute(self._sql[name], params)
+            result = cursor.pgresult
+            if result is None or not result.nfields:  # no rows returned: no description
+                names: list[str] = []
+                rows: list[tuple[Any, ...]] = []
+            else:
+                known = self._column_names.get(name)
+                if known is None:
+                    known = [column.name for column in cursor.description or ()]
+                    self._column_names[name] = known
+                names, rows = known, cursor.fetchall()
+            if took is not None:
+                took.append(time.monotonic() - sent)
+            return names, rows
 
-    def _tuples_of(
-        self, cursor: psycopg.Cursor[tuple[Any, ...]], name: str,
-        params: Mapping[str, Any], took: list[float] | None,
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        sent = time.monotonic()
-        cursor.execute(self._sql[name], params)
-        result = cursor.pgresult
-        if result is None or not result.nfields:  # no rows returned: no description
-            names: list[str] = []
-            rows: list[tuple[Any, ...]] = []
-        else:
-            known = self._column_names.get(name)
-            if known is None:
-                known = [column.name for column in cursor.description or ()]
-                self._column_names[name] = known
-            names, rows = known, cursor.fetchall()
-        if took is not None:
-            took.append(time.monotonic() - sent)
-        return names, rows
+    def _bounded(self, conn: PooledConnection) -> AbstractContextManager[None]:
+        """The bound of a hot-path statement on `conn`: hot_path_bound, which only a
+        worker's async database sets (_cut_off.py); none otherwise."""
+        return nullcontext()
 
     def _changed_positions(
         self, name: str, params: Mapping[str, Any], count: int

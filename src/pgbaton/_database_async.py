@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -413,39 +413,34 @@ class AsyncDatabase:
         took, from its sending to its last row (the wait for a connection left out).
         In a worker's async database, a statement unanswered for hot_path_bound seconds
         raises StatementCutOff (_cut_off.py)."""
-        if self.hot_path_bound is not None:  # sync: skip (only a worker sets it)
-            async with (
-                self._connection() as pooled,
-                cut_off_after(pooled, self.hot_path_bound),
-                pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
-            ):
-                return await self._tuples_of(cursor, name, params, took)
-        else:
-            async with (
-                self._connection() as pooled,
-                pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
-            ):
-                return await self._tuples_of(cursor, name, params, took)
+        async with (
+            self._connection() as pooled,
+            self._bounded(pooled),
+            pooled.cursor(row_factory=tuple_row, binary=True) as cursor,
+        ):
+            sent = time.monotonic()
+            await cursor.execute(self._sql[name], params)
+            result = cursor.pgresult
+            if result is None or not result.nfields:  # no rows returned: no description
+                names: list[str] = []
+                rows: list[tuple[Any, ...]] = []
+            else:
+                known = self._column_names.get(name)
+                if known is None:
+                    known = [column.name for column in cursor.description or ()]
+                    self._column_names[name] = known
+                names, rows = known, await cursor.fetchall()
+            if took is not None:
+                took.append(time.monotonic() - sent)
+            return names, rows
 
-    async def _tuples_of(
-        self, cursor: psycopg.AsyncCursor[tuple[Any, ...]], name: str,
-        params: Mapping[str, Any], took: list[float] | None,
-    ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        sent = time.monotonic()
-        await cursor.execute(self._sql[name], params)
-        result = cursor.pgresult
-        if result is None or not result.nfields:  # no rows returned: no description
-            names: list[str] = []
-            rows: list[tuple[Any, ...]] = []
+    def _bounded(self, conn: PooledConnection) -> AbstractAsyncContextManager[None]:
+        """The bound of a hot-path statement on `conn`: hot_path_bound, which only a
+        worker's async database sets (_cut_off.py); none otherwise."""
+        if self.hot_path_bound is not None:  # sync: skip (no loop to keep time on)
+            return cut_off_after(conn, self.hot_path_bound)
         else:
-            known = self._column_names.get(name)
-            if known is None:
-                known = [column.name for column in cursor.description or ()]
-                self._column_names[name] = known
-            names, rows = known, await cursor.fetchall()
-        if took is not None:
-            took.append(time.monotonic() - sent)
-        return names, rows
+            return nullcontext()
 
     async def _changed_positions(
         self, name: str, params: Mapping[str, Any], count: int

@@ -74,12 +74,22 @@ class Tasks:
         self.first, self.gate, self.note, self.snoozer = first, gate, note, snoozer
 
 
-def start(app: pgbaton.App, name: str) -> tuple[Worker, asyncio.Task[int]]:
+def start(
+    app: pgbaton.App, name: str, *, listen_dsn: str | None = None
+) -> tuple[Worker, asyncio.Task[int]]:
     worker = Worker(app, WorkerConfig(
         concurrency=1, claim_ahead=3, lease=LEASE_SECONDS, maintenance=False,
         poll_interval=0.05, shutdown_grace=1.0,
-        worker_id=f"{name}-{uuid.uuid4().hex[:8]}"))
+        worker_id=f"{name}-{uuid.uuid4().hex[:8]}", listen_dsn=listen_dsn))
     return worker, asyncio.create_task(worker.run())
+
+
+def silenceable(dsn: str) -> tuple[PausableProxy, str]:
+    """A proxy to the server, and a DSN through it for a LISTEN session to go silent
+    on (pause: no error, no close, as a dropped route looks)."""
+    info = conninfo_to_dict(dsn)
+    proxy = PausableProxy(str(info.get("host") or "/tmp"), int(info.get("port") or 5432))
+    return proxy, make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))
 
 
 async def stop(worker: Worker, running: asyncio.Task[int]) -> int:
@@ -290,15 +300,10 @@ async def test_a_listen_session_gone_silent_is_found_out_by_its_echo(queue, db, 
     a few seconds it no longer counts on hearing cancels (worker/echo.py); a job waiting
     ahead whose cancel was lost in the silence is then refused by the start statement
     when its slot frees, and never runs."""
-    info = conninfo_to_dict(dsn)
-    proxy = PausableProxy(str(info.get("host") or "/tmp"), int(info.get("port") or 5432))
+    proxy, through = silenceable(dsn)
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
-    worker = Worker(app, WorkerConfig(
-        concurrency=1, claim_ahead=3, lease=LEASE_SECONDS, maintenance=False,
-        poll_interval=0.05, shutdown_grace=1.0, worker_id=f"silent-{uuid.uuid4().hex[:8]}",
-        listen_dsn=make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))))
-    running = asyncio.create_task(worker.run())
+    worker, running = start(app, "silent", listen_dsn=through)
     try:
         _, behind = await one_running_one_behind(worker, tasks)
         proxy.pause()
@@ -369,16 +374,11 @@ async def test_a_listen_session_gone_silent_is_cut_off_and_opened_anew(
     instead of waiting for TCP, and opens a new one when the route is back; a cancel
     then reaches its waiting job by notification again."""
     monkeypatch.setattr(echo_module, "ECHO_SILENT_SECONDS", 1.0)
-    info = conninfo_to_dict(dsn)
-    proxy = PausableProxy(str(info.get("host") or "/tmp"), int(info.get("port") or 5432))
+    proxy, through = silenceable(dsn)
     app = pgbaton.App(dsn, schema=schema)
     tasks = Tasks(app)
-    worker_id = f"recut-{uuid.uuid4().hex[:8]}"
-    worker = Worker(app, WorkerConfig(
-        concurrency=1, claim_ahead=3, lease=LEASE_SECONDS, maintenance=False,
-        poll_interval=0.05, shutdown_grace=1.0, worker_id=worker_id,
-        listen_dsn=make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))))
-    running = asyncio.create_task(worker.run())
+    worker, running = start(app, "recut", listen_dsn=through)
+    worker_id = worker.worker_id
     try:
         _, behind = await one_running_one_behind(worker, tasks)
         silent = await listen_session_pid(db, worker_id)

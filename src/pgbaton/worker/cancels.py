@@ -3,12 +3,11 @@ what it does about each: docs/explanation/architecture.md, "Cancels delivered".
 
 A notification naming a job the worker holds doubts it (HeldJobs.doubt) and makes the
 heartbeat beat now; the fenced beat stops what is no longer held, and a job not started
-waits for it. One naming a job not held is kept: a claim whose answer is on its
-way may bring that job; when more come than are kept (anyone may NOTIFY), the claims
-on their way when one was pushed out are doubted whole. A LISTEN session that is new
-(None) doubts everything held, and
-every claim sent before it: cancels may have gone to nobody meanwhile. The worker's own
-echoes (worker/echo.py) pass through here too.
+waits for it. One naming a job not held is kept: a claim whose answer is on its way may
+bring that job; when more come than are kept (anyone may NOTIFY), the claims on their
+way when one was pushed out are doubted whole. A LISTEN session that is new (None)
+doubts everything held, and every claim sent before it: cancels may have gone to nobody
+meanwhile. The worker's own echoes (worker/echo.py) pass through here too.
 """
 
 from __future__ import annotations
@@ -70,9 +69,10 @@ class Cancels:
             self._beat_now()
             return
         # Not held, unless a claim is on its way with it: its cancel may have committed
-        # after the claim and before the claim's answer. Kept a while, for claimed().
-        # Oldest first (a dict keeps its order): past the cap the oldest goes, one step
-        # a notification however many come; claimed() judges their age.
+        # after the claim and before the claim's answer. Kept for claimed(), which
+        # takes only those heard since the claim was sent. Oldest first (a dict keeps
+        # its order): past the cap the oldest goes, one step a notification however
+        # many come, and when it was heard stays (_pushed_out_heard_at).
         self.unheld.pop(job_id, None)
         self.unheld[job_id] = self._held.now()
         if len(self.unheld) > MAX_CANCELS_KEPT:
