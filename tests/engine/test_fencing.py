@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pgbaton
 from tests.helpers import job_rows, wait_for_lease_to_pass
 
@@ -108,3 +110,23 @@ def test_heartbeat_extends_every_held_lease_in_one_call(queue, db):
     assert all(c.lease_until > o for c, o in zip(claims, old, strict=True))
     stored = [row[0] for row in job_rows(db, "lease_until")]
     assert stored == [c.lease_until for c in claims]
+
+
+def test_each_job_of_a_claim_has_its_own_token_and_a_new_one_at_each_claim(queue, db):
+    """A claim draws its tokens' random half once and makes each job's token of it and
+    the job's id (jobs.sql, job_claim_many): no two jobs of a batch share a token, a
+    job's next claim gives it a new one, and one job's token fences no other job in."""
+    queue.enqueue_many([{"task": "charge", "args": {"order": n}} for n in range(40)])
+    first = queue.engine.claim_batch("w", limit=40, starting=8).claims
+    assert len(first) == 40 and len({c.token for c in first}) == 40
+    one, other = first[0], first[1]
+    borrowed = dataclasses.replace(one, token=other.token)
+    assert queue.complete(borrowed, "forged") is False
+    assert queue.heartbeat(borrowed) == [False]
+    assert queue.engine.release_many(first) == [True] * 40
+    again = queue.engine.claim_batch("w", limit=40, starting=40).claims
+    assert {c.id for c in again} == {c.id for c in first}
+    assert not {c.token for c in again} & {c.token for c in first}
+    assert len({c.token for c in again}) == 40
+    assert queue.complete(one, "stale") is False
+    assert job_rows(db, "status")[0] == ("running",)

@@ -208,6 +208,12 @@ LIMIT 1;
 -- transaction): a claim lost in a server crash leaves the job as it was, which is what
 -- an expired lease does anyway, and the holder's fenced completion then returns False.
 -- The outer SELECT hands the batch back in claim order.
+-- What a claim needs once is made once, in `per_claim`, not for each row (counted in
+-- instructions on the server: docs/explanation/performance.md, "The claim's work a job,
+-- counted"): the first `starting` ids, and the tokens' random half. A claim token is
+-- that half, drawn once a claim, and the job's id: unique for each job and claim, which
+-- is all the fence asks of it (a stale holder's token names its old claim), where a
+-- random UUID a row cost as much as the row's update of jobs_held.
 -- `starting`: how many of the batch start at once (the worker's free slots); only they
 -- get started_at, the first in claim order. The others wait in the worker (claimed
 -- ahead); their start is recorded by their outcome or heartbeat (job_complete_many,
@@ -219,7 +225,7 @@ LIMIT 1;
 -- times so is started at its claim, wherever it stands in the batch, so a job that
 -- kills its worker as it starts spends its attempts instead of coming back for ever
 -- (docs/explanation/architecture.md, "Claiming ahead sized by the worker").
-WITH candidate AS (
+WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's columns
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
         SELECT array_agg(every.id)
         FROM (
@@ -351,10 +357,15 @@ WITH candidate AS (
         ) AS picked)
     END AS ids
 ),
+per_claim AS (
+    SELECT candidate.ids, candidate.ids[1:%(starting)s::integer] AS starting_ids,
+           left(replace(gen_random_uuid()::text, '-', ''), 16) AS token_head
+    FROM candidate
+),
 claimed AS (
     UPDATE __schema__.jobs AS j
     SET status      = 'running',
-        claim_token = gen_random_uuid(),
+        claim_token = (per_claim.token_head || lpad(to_hex(j.id), 16, '0'))::uuid,
         lease_until = now() + make_interval(secs => %(lease)s::float8),
         attempts    = j.attempts + 1,
         worker_id   = %(worker_id)s,
@@ -362,15 +373,15 @@ claimed AS (
         -- The candidates' array is in claim order. Most claims start all they take:
         -- the first test spares them the search.
         started_at  = CASE WHEN %(starting)s::integer >= %(limit)s::integer
-                             OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
+                             OR j.id = ANY(per_claim.starting_ids)
                              OR j.holds >= 3
                            THEN now() END,
         holds       = j.holds + CASE WHEN %(starting)s::integer >= %(limit)s::integer
-                                       OR j.id = ANY(candidate.ids[1:%(starting)s::integer])
+                                       OR j.id = ANY(per_claim.starting_ids)
                                        OR j.holds >= 3
                                      THEN 0 ELSE 1 END
-    FROM candidate, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
-    WHERE j.id = ANY(candidate.ids)
+    FROM per_claim, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
+    WHERE j.id = ANY(per_claim.ids)
     RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
               j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
               j.meta, j.started_at IS NOT NULL AS started

@@ -1,0 +1,275 @@
+"""The instructions a PostgreSQL server spends on a job's claim and on its completion,
+counted by callgrind: the same count every run, where this machine's wall-clock rates
+move by 15% (docs/explanation/performance.md, "The claim's work a job, counted").
+
+    python -m benchmarks.server_instructions [--base REF] [--jobs 2048] [--top 12]
+
+A scratch server (the binaries of `pg_config --bindir`, or --bindir) runs under
+`valgrind --tool=callgrind`, every backend counted. A queue with a pool of one
+connection enqueues the jobs, claims them the worker's way (128 a claim, 32 of them
+starting at once) and completes them 32 a statement, after a warm-up that prepares the
+statements and an ANALYZE. A `SELECT pg_sleep(0)` on that connection marks each phase:
+callgrind dumps its counts each time the backend enters pg_sleep, so each phase's counts
+are its own. Printed: instructions a job of each phase, and of the server functions that
+say where they go, inclusive of what they call.
+
+With --base REF the same runs first with pgbaton at that git ref (benchmarks/base_tree.py),
+on the same server: two columns, one run. Needs valgrind (Debian's package) and the
+server's binaries; started as root, the server runs as the user `postgres`. Slow: about
+a minute for 2,048 jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import base_tree
+
+ROOT = Path(__file__).resolve().parents[1]
+PORT = 5499
+SCHEMA = "counted"
+CLAIM, STARTING, COMPLETE = 128, 32, 32
+# The server functions that show where a phase's instructions go (inclusive counts).
+PARTS = [
+    ("ExecutorStart", "executor start (each statement)"),
+    ("stringToNode", "parsing stored expressions (each statement)"),
+    ("ExecInsertIndexTuples", "index entries"),
+    ("heap_update", "row update"),
+    ("ExecConstraints", "CHECK constraints"),
+    ("ExecARUpdateTriggers", "row triggers (AFTER UPDATE)"),
+    ("index_getnext_slot", "index scans"),
+    ("heap_lock_tuple", "row locks (FOR UPDATE)"),
+    ("gen_random_uuid", "gen_random_uuid()"),
+    ("uuid_in", "text to uuid"),
+    ("array_get_slice", "array slices"),
+    ("XLogInsert", "WAL records"),
+]
+SUMMARY = re.compile(r"^summary: (\d+)$", re.MULTILINE)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", help="also count pgbaton at this git ref, first")
+    parser.add_argument("--jobs", type=int, default=2048)
+    parser.add_argument("--bindir", help="the server's binaries (default: pg_config --bindir)")
+    parser.add_argument("--keep", help="keep callgrind's files in this folder")
+    parser.add_argument("--phases", metavar="DSN", help=argparse.SUPPRESS)  # the child's part
+    return parser.parse_args(argv)
+
+
+def server_user() -> str | None:
+    """The user the server runs as: this one, or `postgres` for root (initdb refuses
+    root)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        sys.exit("run as root, this needs a user `postgres` to run the server as")
+    return "postgres"
+
+
+def as_server(user: str | None, command: list[str]) -> list[str]:
+    return ["runuser", "-u", user, "--", *command] if user else command
+
+
+def bindir(given: str | None) -> Path:
+    if given:
+        return Path(given)
+    if shutil.which("pg_config") is None:
+        sys.exit("no pg_config on PATH: give --bindir, the folder of initdb and postgres")
+    return Path(subprocess.run(["pg_config", "--bindir"], check=True, capture_output=True,
+                               text=True).stdout.strip())
+
+
+class Server:
+    """A scratch cluster whose postmaster, and so every backend, runs under callgrind."""
+
+    def __init__(self, folder: Path, binaries: Path, user: str | None) -> None:
+        self.folder, self.binaries, self.user = folder, binaries, user
+        self.data = folder / "data"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def dsn(self) -> str:
+        user = self.user or pwd.getpwuid(os.geteuid()).pw_name
+        return f"postgresql://{user}@127.0.0.1:{PORT}/postgres"
+
+    def start(self) -> None:
+        if self.user:
+            shutil.chown(self.folder, self.user)
+        subprocess.run(as_server(self.user, [str(self.binaries / "initdb"), "-D", str(self.data),
+                                             "-A", "trust", "--no-sync"]),
+                       check=True, capture_output=True)
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"port = {PORT}\nlisten_addresses = '127.0.0.1'\n"
+                       f"unix_socket_directories = '{self.folder}'\n"
+                       # Nothing but the phases' statements in the counts: no autovacuum,
+                       # no checkpoint, no JIT.
+                       "autovacuum = off\ncheckpoint_timeout = 1h\nmax_wal_size = 10GB\n"
+                       "jit = off\n")
+        log = (self.folder / "server.log").open("wb")
+        self.process = subprocess.Popen(as_server(self.user, [
+            "valgrind", "--tool=callgrind", "--vgdb=no", "--trace-children=yes",
+            "--dump-before=pg_sleep", f"--callgrind-out-file={self.folder}/out.%p",
+            str(self.binaries / "postgres"), "-D", str(self.data)]),
+            stdout=log, stderr=subprocess.STDOUT)
+        import psycopg
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                psycopg.connect(self.dsn, connect_timeout=5).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise SystemExit(f"the server under callgrind did not start: "
+                                     f"{self.folder / 'server.log'}") from None
+                time.sleep(1)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            subprocess.run(as_server(self.user, [str(self.binaries / "pg_ctl"), "-D",
+                                                 str(self.data), "stop", "-m", "fast"]),
+                           check=False, capture_output=True)
+            self.process.wait(60)
+
+
+def count(server: Server, jobs: int, env: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Run the phases in a process of their own (with the base's pgbaton when env says
+    so) and read their counts."""
+    for old in server.folder.glob("out.*"):
+        old.unlink()
+    subprocess.run([sys.executable, "-m", "benchmarks.server_instructions", "--jobs",
+                    str(jobs), "--phases", server.dsn], check=True, env=env, cwd=ROOT)
+    # Only the queue's connection calls pg_sleep: its three dumps end the warm-up, the
+    # claims and the completions.
+    dumps = sorted(server.folder.glob("out.*.*"), key=lambda p: int(p.suffix[1:]))
+    if len(dumps) != 3 or len({p.stem for p in dumps}) != 1:
+        sys.exit(f"callgrind wrote {[p.name for p in dumps]}: not three dumps of one backend")
+    _, claims, completions = dumps
+    return {"claim": read(claims), "completion": read(completions)}
+
+
+def read(dump: Path) -> dict[str, int]:
+    total = int(SUMMARY.search(dump.read_text())[1])
+    listing = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                              str(dump)], check=True, capture_output=True, text=True).stdout
+    counts = {"total": total}
+    for name, _ in PARTS:
+        found = re.search(rf"^\s*([\d,]+) \([^)]*\)\s+\S*:{name} \[", listing, re.MULTILINE)
+        counts[name] = int(found[1].replace(",", "")) if found else 0
+    return counts
+
+
+def phases(dsn: str, jobs: int) -> None:
+    """The child's part: the statements whose counts are read, each phase ended by a
+    mark on the queue's one connection."""
+    import psycopg
+
+    import pgbaton
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    queue = pgbaton.Queue(dsn, schema=SCHEMA, pool_size=1)
+    queue.migrate()
+
+    def enqueue(n: int) -> None:
+        for start in range(0, n, 1000):
+            queue.enqueue_many([{"task": "noop", "args": {"seq": s}}
+                                for s in range(start, min(n, start + 1000))])
+
+    def claim(n: int) -> list[pgbaton.Claim]:
+        claims: list[pgbaton.Claim] = []
+        while len(claims) < n:
+            batch = queue.engine.claim_batch("counted", limit=CLAIM, lease=600,
+                                             starting=STARTING).claims
+            if not batch:
+                break
+            claims += batch
+        if len(claims) != n:
+            sys.exit(f"claimed {len(claims)} jobs of {n}")
+        return claims
+
+    def complete(claims: list[pgbaton.Claim]) -> None:
+        for start in range(0, len(claims), COMPLETE):
+            done = queue.engine.complete_many([(c, None) for c in claims[start:start + COMPLETE]])
+            if not all(done):
+                sys.exit("a completion was refused")
+
+    def mark() -> None:  # callgrind dumps the counts so far as pg_sleep begins
+        with queue.engine._db._connection() as conn:
+            conn.execute("SELECT pg_sleep(0)")
+
+    # The warm-up prepares each statement on the connection; the ANALYZE gives the plans
+    # the table's size, and the claims after it plan them anew.
+    enqueue(1024)
+    complete(claim(1024))
+    enqueue(jobs + CLAIM)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"ANALYZE {SCHEMA}.jobs")
+        complete(claim(CLAIM))
+        conn.execute("CHECKPOINT")
+    mark()
+    claims = claim(jobs)
+    mark()
+    complete(claims)
+    mark()
+    queue.close()
+
+
+def render(columns: dict[str, dict[str, dict[str, int]]], jobs: int) -> str:
+    names = list(columns)
+    lines = ["| per job | " + " | ".join(names) + " |",
+             "|---|" + "--:|" * len(names)]
+    for phase in ("claim", "completion"):
+        lines.append(f"| **{phase}, all** | " + " | ".join(
+            f"**{columns[n][phase]['total'] / jobs:,.0f}**" for n in names) + " |")
+        for name, label in PARTS:
+            values = [columns[n][phase][name] for n in names]
+            if any(values):
+                lines.append(f"| {phase}: {label} (`{name}`) | " + " | ".join(
+                    f"{v / jobs:,.0f}" for v in values) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.phases:
+        phases(args.phases, args.jobs)
+        return
+    for tool in ("valgrind", "callgrind_annotate"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} is not installed (Debian: apt-get install valgrind)")
+    user = server_user()
+    folder = Path(tempfile.mkdtemp(prefix="pgbaton-instructions-"))
+    server = Server(folder, bindir(args.bindir), user)
+    columns: dict[str, dict[str, dict[str, int]]] = {}
+    try:
+        server.start()
+        if args.base:
+            with base_tree.exported(args.base) as base:
+                columns[f"at {base.commit[:10]}"] = count(server, args.jobs, base.env())
+        columns["this checkout"] = count(server, args.jobs, dict(os.environ))
+    finally:
+        server.stop()
+        if args.keep:
+            shutil.copytree(folder, args.keep, dirs_exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"Server instructions a job (callgrind, {args.jobs} jobs; claims of 128, 32 "
+          "starting; completions of 32):\n")
+    print(render(columns, args.jobs))
+    print("\n" + json.dumps(columns))
+
+
+if __name__ == "__main__":
+    main()
