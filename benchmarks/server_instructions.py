@@ -63,7 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2048)
     parser.add_argument("--bindir", help="the server's binaries (default: pg_config --bindir)")
     parser.add_argument("--keep", help="keep callgrind's files in this folder")
+    parser.add_argument("--try", dest="tries", action="append", default=[], metavar="FILE",
+                        help="also count this checkout with FILE's SQL run after the "
+                        "migration (__schema__ stands for the schema): a column each")
     parser.add_argument("--phases", metavar="DSN", help=argparse.SUPPRESS)  # the child's part
+    parser.add_argument("--setup", help=argparse.SUPPRESS)  # the child's --try FILE
     return parser.parse_args(argv)
 
 
@@ -144,13 +148,15 @@ class Server:
             self.process.wait(60)
 
 
-def count(server: Server, jobs: int, env: dict[str, str]) -> dict[str, dict[str, int]]:
+def count(server: Server, jobs: int, env: dict[str, str],
+          setup: str | None = None) -> dict[str, dict[str, int]]:
     """Run the phases in a process of their own (with the base's pgbaton when env says
-    so) and read their counts."""
+    so, after `setup`'s SQL when given) and read their counts."""
     for old in server.folder.glob("out.*"):
         old.unlink()
     subprocess.run([sys.executable, "-m", "benchmarks.server_instructions", "--jobs",
-                    str(jobs), "--phases", server.dsn], check=True, env=env, cwd=ROOT)
+                    str(jobs), "--phases", server.dsn, *(["--setup", setup] if setup else [])],
+                   check=True, env=env, cwd=ROOT)
     # Only the queue's connection calls pg_sleep: its three dumps end the warm-up, the
     # claims and the completions.
     dumps = sorted(server.folder.glob("out.*.*"), key=lambda p: int(p.suffix[1:]))
@@ -171,7 +177,7 @@ def read(dump: Path) -> dict[str, int]:
     return counts
 
 
-def phases(dsn: str, jobs: int) -> None:
+def phases(dsn: str, jobs: int, setup: str | None) -> None:
     """The child's part: the statements whose counts are read, each phase ended by a
     mark on the queue's one connection."""
     import psycopg
@@ -182,6 +188,9 @@ def phases(dsn: str, jobs: int) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
     queue = pgbaton.Queue(dsn, schema=SCHEMA, pool_size=1)
     queue.migrate()
+    if setup:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(Path(setup).read_text().replace("__schema__", SCHEMA))  # type: ignore[arg-type]
 
     def enqueue(n: int) -> None:
         for start in range(0, n, 1000):
@@ -245,7 +254,7 @@ def render(columns: dict[str, dict[str, dict[str, int]]], jobs: int) -> str:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.phases:
-        phases(args.phases, args.jobs)
+        phases(args.phases, args.jobs, args.setup)
         return
     for tool in ("valgrind", "callgrind_annotate"):
         if shutil.which(tool) is None:
@@ -260,6 +269,9 @@ def main(argv: list[str] | None = None) -> None:
             with base_tree.exported(args.base) as base:
                 columns[f"at {base.commit[:10]}"] = count(server, args.jobs, base.env())
         columns["this checkout"] = count(server, args.jobs, dict(os.environ))
+        for tried in args.tries:
+            columns[f"with {Path(tried).name}"] = count(server, args.jobs, dict(os.environ),
+                                                        str(Path(tried).resolve()))
     finally:
         server.stop()
         if args.keep:
