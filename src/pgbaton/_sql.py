@@ -212,7 +212,7 @@ ENDED_SUFFIX = "_ended"
 
 def ended_channel(schema: str) -> str:
     """The channel on which an awaited job's end is announced, its id the payload (the
-    jobs_notify_ended trigger); App.wait listens on it."""
+    jobs_status_changed trigger); App.wait listens on it."""
     return schema + ENDED_SUFFIX
 
 
@@ -221,7 +221,7 @@ CANCELLED_SUFFIX = "_cancelled"
 
 def cancelled_channel(schema: str) -> str:
     """The channel on which a running job's cancel is announced, its id the payload
-    (the jobs_notify_cancelled trigger); workers listen on it beside notify_channel."""
+    (the jobs_status_changed trigger); workers listen on it beside notify_channel."""
     return schema + CANCELLED_SUFFIX
 
 

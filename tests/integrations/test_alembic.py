@@ -43,16 +43,16 @@ def test_revisions_create_then_upgrade_the_schema(
     to version 8, a5 to version 9, a6 to version 10, a7 to version 11, a8 to version 12,
     a9 to version 13, a10 to version 18, a11 to version 19, a12 to version 20, a13 to
     version 21, a14 to version 22, a15 to version 23, a16 to version 24, a17
-    to version 25, a18 to version 26, a19 to version 27 (this pgbaton's); then a Queue
-    works."""
+    to version 25, a18 to version 26, a19 to version 27, a20 to version 28 (this
+    pgbaton's); then a Queue works."""
     command.upgrade(alembic_config, "a1")
     assert versions(db) == [1]
     with pytest.raises(pgbaton.SchemaOutOfDate):
         pgbaton.Queue(dsn, schema=schema).enqueue("t")
     command.upgrade(alembic_config, "head")
-    assert versions(db) == list(range(1, 28))
+    assert versions(db) == list(range(1, 29))
     assert db.execute("SELECT version_num FROM alembic_version").fetchone() == {
-        "version_num": "a19"
+        "version_num": "a20"
     }
     with pgbaton.Queue(dsn, schema=schema) as queue:
         job_id = queue.enqueue("t", {"n": 1})

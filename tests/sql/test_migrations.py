@@ -145,9 +145,8 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
         "jobs_pkey", "jobs_claimable", "jobs_one_running_per_key",
     }
     assert [t["tgname"] for t in migrated["triggers"]] == [
-        "job_logs_follow_delete", "jobs_ended", "jobs_ended_by_delete",
-        "jobs_notify_cancelled", "jobs_notify_ended", "jobs_notify_ended_by_delete",
-        "jobs_notify_inserted", "jobs_steps_deleted",
+        "job_logs_follow_delete", "jobs_ended_by_delete", "jobs_notify_ended_by_delete",
+        "jobs_notify_inserted", "jobs_status_changed", "jobs_steps_deleted",
     ]
     assert {f["proname"] for f in migrated["functions"]} == {
         "batches_count", "job_claim_flow", "jobs_ended", "jobs_history_partitions",
@@ -160,8 +159,9 @@ def test_schema_sql_creates_exactly_what_the_migrations_create(dsn, schema, othe
         "jobs_steps_deleted", "send_event", "send_event_by_key",
         # Migration 22: the retry's rule for a job with parents (a trigger before).
         "job_retry_status",
-        # Migration 27: a running job's cancel reaches its worker at once.
-        "jobs_notify_cancelled",
+        # Migration 28: one trigger of a job's change of status, where three were
+        # (migration 27's jobs_notify_cancelled among them).
+        "jobs_status_changed",
     }
     # Migration 8's history table: partitioned, with no partition until a move.
     history = next(t for t in migrated["tables"] if t["relname"] == "jobs_history")

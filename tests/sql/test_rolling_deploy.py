@@ -8,7 +8,8 @@ migrations. The tests here run each on connections of their own, as that release
 producers and workers did, prepared on its schema before `pgbaton migrate` applies the
 later migrations and run again after it, beside this release's queue. Every file found
 there is run; a release whose statements take other parameters than the one before it
-gets a driver class of its own (Release25), the others use the newest driver before them.
+gets a driver class of its own (Release25, Release27), the others use the newest driver
+before them.
 """
 
 from __future__ import annotations
@@ -306,7 +307,18 @@ class Release25(PreviousRelease):
         assert self.run("job_prune", retention=3600.0, limit=10) == []
 
 
-DRIVERS: tuple[type[PreviousRelease], ...] = (PreviousRelease, Release25)
+class Release27(Release25):
+    """The releases of schema version 27 (commit b9aa835) on: a job's start, outcome and
+    release say how long ago its handler began (`ran`), so that a job claimed ahead gets
+    its start recorded by the write that ends it."""
+
+    since = 27
+
+    def held(self, *claims: dict[str, Any], **extra: list[Any]) -> dict[str, Any]:
+        return super().held(*claims, **{"ran": [0.0] * len(claims), **extra})
+
+
+DRIVERS: tuple[type[PreviousRelease], ...] = (PreviousRelease, Release25, Release27)
 
 
 def driver_for(version: int) -> type[PreviousRelease]:

@@ -1,12 +1,12 @@
 -- Dependencies and batches (docs/explanation/dependencies.md): the enqueue of jobs that
 -- wait for other jobs or form a batch, and the look-ups. The releasing and counting
--- happen in the jobs_ended trigger (schema.sql), whatever statement ends a job.
+-- happen in the jobs_status_changed trigger (schema.sql), whatever statement ends a job.
 
 -- name: job_parents_lock
 -- The first step of an enqueue with parents: lock them in id order (two enqueues never
 -- deadlock), mark them as having dependents, and read how they stand. A parent's end in
 -- flight is waited for and read as ended; a later end waits for this transaction and
--- then fires jobs_ended, which finds the committed child. Ids not returned do not exist.
+-- then fires jobs_status_changed, which finds the committed child. Ids not returned do not exist.
 UPDATE __schema__.jobs AS j
 SET has_dependents = true
 WHERE j.id IN (

@@ -757,8 +757,8 @@ RETURNING j.id, j.status;
 -- A running job keeps its claim token and lease: its handler may still be running, so
 -- its key stays held until the holder releases it or the lease runs out. The holder's
 -- heartbeat and completion no longer match (status is not 'running'): the trigger
--- jobs_notify_cancelled makes it beat at once, and it learns that it lost the job. A waiting job (docs/explanation/dependencies.md)
--- may be cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A
+-- jobs_status_changed makes it beat at once, and it learns that it lost the job. A waiting job (docs/explanation/dependencies.md)
+-- may be cancelled too; the jobs that wait for it are then cancelled by jobs_status_changed. A
 -- job that waited for an event waits no more (jobs_waiting_event_only_pending).
 UPDATE __schema__.jobs
 SET status = 'cancelled', finished_at = now(), waiting_event = NULL
@@ -1015,7 +1015,7 @@ RETURNING j.id;
 
 -- name: job_await
 -- A waiter's mark (App.wait): the job's end will send a NOTIFY on `<schema>_ended`
--- (the jobs_notify_ended trigger). Only an unfinished job is marked; none returned:
+-- (the jobs_status_changed trigger). Only an unfinished job is marked; none returned:
 -- the job has ended, or is not in the table (the waiter reads which). The UPDATE waits
 -- for a completion that holds the row, so no end slips between the mark and the read.
 UPDATE __schema__.jobs SET awaited = true

@@ -24,7 +24,7 @@ CREATE TABLE __schema__.jobs (
     -- The group whose per-key limits count the job (migration 4;
     -- docs/explanation/flow_control.md).
     limit_key       text,
-    -- Some job waits for this one: its end runs the jobs_ended trigger.
+    -- Some job waits for this one: its end runs the jobs_status_changed trigger.
     has_dependents  boolean     NOT NULL DEFAULT false,
     -- How many of its parents have not finished; NULL for a job without parents.
     waiting_for     integer,
@@ -738,49 +738,27 @@ BEGIN
 END;
 $$;
 
--- A job with dependents or a batch crossed between unfinished and finished, or was
--- deleted: release its children, count it in its batch, and drop its edges with it.
+-- A job with dependents or a batch was deleted: release its children, count it in its
+-- batch, and drop its edges with it. (Its end by a change of status is
+-- jobs_status_changed's, below.)
 CREATE FUNCTION __schema__.jobs_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        IF OLD.status NOT IN ('done', 'failed', 'cancelled') THEN
-            IF OLD.has_dependents THEN
-                PERFORM __schema__.jobs_release_children(OLD.id, OLD.task, 'deleted', NULL,
-                                                         TG_TABLE_SCHEMA || '_jobs');
-            END IF;
-            IF OLD.batch_id IS NOT NULL THEN
-                PERFORM __schema__.batches_count(OLD.batch_id, 'deleted', true);
-            END IF;
-        END IF;
+    IF OLD.status NOT IN ('done', 'failed', 'cancelled') THEN
         IF OLD.has_dependents THEN
-            DELETE FROM __schema__.job_dependencies WHERE parent_id = OLD.id;
-        END IF;
-    ELSIF NEW.status IN ('done', 'failed', 'cancelled') THEN
-        IF NEW.has_dependents THEN
-            PERFORM __schema__.jobs_release_children(NEW.id, NEW.task, NEW.status, NULL,
+            PERFORM __schema__.jobs_release_children(OLD.id, OLD.task, 'deleted', NULL,
                                                      TG_TABLE_SCHEMA || '_jobs');
         END IF;
-        IF NEW.batch_id IS NOT NULL THEN
-            PERFORM __schema__.batches_count(NEW.batch_id, NEW.status, true);
+        IF OLD.batch_id IS NOT NULL THEN
+            PERFORM __schema__.batches_count(OLD.batch_id, 'deleted', true);
         END IF;
-    ELSIF NEW.batch_id IS NOT NULL THEN
-        -- A retry of an ended member: its end no longer counts (unless the batch finished).
-        PERFORM __schema__.batches_count(NEW.batch_id, OLD.status, false);
+    END IF;
+    IF OLD.has_dependents THEN
+        DELETE FROM __schema__.job_dependencies WHERE parent_id = OLD.id;
     END IF;
     RETURN NULL;
 END;
 $$;
-
--- The WHEN clauses keep the cost off ordinary jobs: the function runs only for a job
--- with dependents or a batch whose status crosses between unfinished and finished.
-CREATE TRIGGER jobs_ended
-    AFTER UPDATE OF status ON __schema__.jobs
-    FOR EACH ROW
-    WHEN ((NEW.has_dependents OR NEW.batch_id IS NOT NULL)
-          AND (OLD.status IN ('done', 'failed', 'cancelled'))
-              <> (NEW.status IN ('done', 'failed', 'cancelled')))
-    EXECUTE FUNCTION __schema__.jobs_ended();
 
 CREATE TRIGGER jobs_ended_by_delete
     AFTER DELETE ON __schema__.jobs
@@ -1168,9 +1146,10 @@ $$;
 
 -- Waiting for a job's end (migration 13, App.wait, docs/howto/waiting.md): only a job
 -- a waiter marked `awaited` (job_await) sends a NOTIFY on `<schema>_ended` when it
--- ends, its id the payload; for the others the triggers' WHEN is false and nothing
--- runs. The mark takes the row's lock, so a completion in flight is either committed
--- before it (the mark finds the job ended) or sees it (and notifies).
+-- ends (jobs_status_changed, below) or is deleted unfinished (here), its id the
+-- payload; for the others the triggers' WHEN is false and nothing runs. The mark takes
+-- the row's lock, so a completion in flight is either committed before it (the mark
+-- finds the job ended) or sees it (and notifies).
 CREATE FUNCTION __schema__.jobs_notify_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -1180,15 +1159,6 @@ BEGIN
 END;
 $$;
 
--- Every way a job ends (complete, fail, reap, cancel, a parent's cascade, the
--- operator's actions) sets status, so one trigger hears them all.
-CREATE TRIGGER jobs_notify_ended
-    AFTER UPDATE OF status ON __schema__.jobs
-    FOR EACH ROW
-    WHEN (NEW.awaited AND NEW.status IN ('done', 'failed', 'cancelled')
-          AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
-    EXECUTE FUNCTION __schema__.jobs_notify_ended();
-
 -- An awaited job deleted before its end: its waiters learn that it is gone.
 CREATE TRIGGER jobs_notify_ended_by_delete
     AFTER DELETE ON __schema__.jobs
@@ -1196,27 +1166,63 @@ CREATE TRIGGER jobs_notify_ended_by_delete
     WHEN (OLD.awaited AND OLD.status NOT IN ('done', 'failed', 'cancelled'))
     EXECUTE FUNCTION __schema__.jobs_notify_ended();
 
--- A running job cancelled (migration 27): by `job_cancel`, `job_cancel_matching`, the SQL
--- API or the dashboard, every way sets status, so one trigger hears them all. Its id goes
--- out on `<schema>_cancelled`; the worker that holds the job checks its claim with its
--- fenced heartbeat and stops the handler now, or a job claimed ahead before it starts,
--- instead of at its next heartbeat (a third of the lease). A payload proves nothing: the
--- heartbeat's token decides. The WHEN is false for every other change of status, and
--- for a handler's own `Cancel` (job_end_many clears the token: its worker knows).
-CREATE FUNCTION __schema__.jobs_notify_cancelled() RETURNS trigger
+-- A job's change of status (migration 28): every way a job ends (complete, fail, reap,
+-- cancel, a parent's cascade, the operator's actions, the SQL API, the dashboard) sets
+-- status, so one trigger hears them all. One trigger, not one for each thing to do:
+-- PostgreSQL parses each trigger's WHEN again at every statement and tests it on every
+-- row, and every claim and completion sets status (docs/explanation/performance.md,
+-- "The claim's work a job, counted"). Its WHEN reads only the new row, its cheapest
+-- columns first, and lets through only the jobs that have something to do:
+-- - a job with dependents or a batch that crossed between unfinished and finished
+--   releases its children and counts in its batch (docs/explanation/dependencies.md);
+-- - a running job cancelled sends its id on `<schema>_cancelled`: the worker that holds
+--   it checks its claim with its fenced heartbeat and stops the handler now, or a job
+--   claimed ahead before it starts, instead of at its next heartbeat (a third of the
+--   lease). A payload proves nothing: the heartbeat's token decides. A handler's own
+--   `Cancel` sends nothing (job_end_many clears the token: its worker knows);
+-- - an awaited job that ended sends its id on `<schema>_ended` (App.wait).
+CREATE FUNCTION __schema__.jobs_status_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    ended_before constant boolean := OLD.status IN ('done', 'failed', 'cancelled');
+    ended_now constant boolean := NEW.status IN ('done', 'failed', 'cancelled');
 BEGIN
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_cancelled', NEW.id::text);
+    -- A job with dependents or a batch crossed between unfinished and finished: release
+    -- its children and count it in its batch, or take back its count (a retry).
+    IF (NEW.has_dependents OR NEW.batch_id IS NOT NULL) AND ended_before <> ended_now THEN
+        IF ended_now THEN
+            IF NEW.has_dependents THEN
+                PERFORM __schema__.jobs_release_children(NEW.id, NEW.task, NEW.status, NULL,
+                                                         TG_TABLE_SCHEMA || '_jobs');
+            END IF;
+            IF NEW.batch_id IS NOT NULL THEN
+                PERFORM __schema__.batches_count(NEW.batch_id, NEW.status, true);
+            END IF;
+        ELSIF NEW.batch_id IS NOT NULL THEN
+            -- A retry of an ended member: its end no longer counts (unless the batch
+            -- finished).
+            PERFORM __schema__.batches_count(NEW.batch_id, OLD.status, false);
+        END IF;
+    END IF;
+    -- A running job cancelled (by anything but its handler's own Cancel, which clears
+    -- the token): its worker hears it at once, on `<schema>_cancelled`.
+    IF OLD.status = 'running' AND NEW.status = 'cancelled' AND NEW.claim_token IS NOT NULL THEN
+        PERFORM pg_notify(TG_TABLE_SCHEMA || '_cancelled', NEW.id::text);
+    END IF;
+    -- An awaited job ended: its waiters hear it, on `<schema>_ended`.
+    IF NEW.awaited AND ended_now AND NOT ended_before THEN
+        PERFORM pg_notify(TG_TABLE_SCHEMA || '_ended', NEW.id::text);
+    END IF;
     RETURN NULL;
 END;
 $$;
 
-CREATE TRIGGER jobs_notify_cancelled
+CREATE TRIGGER jobs_status_changed
     AFTER UPDATE OF status ON __schema__.jobs
     FOR EACH ROW
-    WHEN (OLD.status = 'running' AND NEW.status = 'cancelled'
-          AND NEW.claim_token IS NOT NULL)
-    EXECUTE FUNCTION __schema__.jobs_notify_cancelled();
+    WHEN (NEW.has_dependents OR NEW.awaited OR NEW.batch_id IS NOT NULL
+          OR (NEW.status = 'cancelled' AND NEW.claim_token IS NOT NULL))
+    EXECUTE FUNCTION __schema__.jobs_status_changed();
 
 -- Each job's own log lines (migration 15, docs/howto/progress-and-logs.md).
 

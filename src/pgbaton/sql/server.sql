@@ -25,7 +25,7 @@ LISTEN __channel__;
 LISTEN __ended_channel__;
 
 -- name: channel_listen_cancelled
--- LISTEN for running jobs cancelled (the jobs_notify_cancelled trigger): payload the
+-- LISTEN for running jobs cancelled (the jobs_status_changed trigger): payload the
 -- job's id. The worker that holds it stops it now, not at its next heartbeat.
 LISTEN __cancelled_channel__;
 

@@ -1,16 +1,16 @@
--- The statements of the release whose schema is version 26, kept verbatim for
+-- The statements of the release whose schema is version 27, kept verbatim for
 -- tests/sql/test_rolling_deploy.py (docs/explanation/guarantees.md, "Rolling deploys").
 -- That release's producers and workers (the leader's chores included) run these,
--- prepared, while `pgbaton migrate` applies the migrations after 26 under them; every
+-- prepared, while `pgbaton migrate` applies the migrations after 27 under them; every
 -- one must keep working on the newest schema, on connections opened before the
 -- migration and on the statements they had prepared.
 --
--- Copied from commit a814a49d8ddab33ddc29e13027e6ecfb37c34d8c, the parent of 5539797,
--- which added migration 27: the query files a Queue and a Worker read, each whole below
--- its `-- file:` line, by
+-- Copied from commit b9aa835020ccfa2e37ad4b08d6713f14d9093dc1, the parent of dbdea82,
+-- the first commit of the release that adds migration 28: the query files a Queue and a
+-- Worker read, each whole below its `-- file:` line, by
 --   for f in server jobs queues leader dependencies history args schedules workers steps
 --   do echo; echo "-- file: src/pgbaton/sql/$f.sql"; echo
---      git show a814a49:src/pgbaton/sql/$f.sql; done
+--      git show b9aa835:src/pgbaton/sql/$f.sql; done
 -- Left out: migrate's statements (that release cannot migrate a newer schema) and the
 -- dashboard's, doctor's, lab's, demo's and pgbaton.testing's, which no worker runs.
 -- Never edit what follows: a statement here that fails on the newest schema is a
@@ -43,6 +43,26 @@ LISTEN __channel__;
 -- name: channel_listen_ended
 -- LISTEN for the ends of awaited jobs (App.wait): payload the job's id.
 LISTEN __ended_channel__;
+
+-- name: channel_listen_cancelled
+-- LISTEN for running jobs cancelled (the jobs_notify_cancelled trigger): payload the
+-- job's id. The worker that holds it stops it now, not at its next heartbeat.
+LISTEN __cancelled_channel__;
+
+-- name: channel_listen_echo_ddl
+-- LISTEN on a worker's own echo channel (_sql.echo_channel), beside the cancels' on
+-- the same session; the channel, an identifier, is filled in by the engine.
+LISTEN {channel};
+
+-- name: channel_echo
+-- A worker's echo on its own channel (payload `echo:<worker id>:<n>`): heard back on
+-- its LISTEN session, it shows that session still hears cancels. A session cut
+-- off without an error (a dropped route, a lost peer) hears nothing and raises nothing
+-- until TCP gives up, hours later (worker/echo.py). Its commit need not wait for the
+-- disk (an echo lost in a crash is an echo unheard), so it holds the server's notify
+-- lock no longer than a commit's own work.
+SELECT pg_notify(%(channel)s, %(payload)s)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait;
 
 -- file: src/pgbaton/sql/jobs.sql
 
@@ -258,14 +278,15 @@ LIMIT 1;
 -- The outer SELECT hands the batch back in claim order.
 -- `starting`: how many of the batch start at once (the worker's free slots); only they
 -- get started_at, the first in claim order. The others wait in the worker (claimed
--- ahead) until job_start_many starts them: a running job with no started_at never ran
--- its handler, and job_reap gives its attempt back. A job claimed ahead counts a hold
--- (holds + 1), which its start or its release (or the let-go of a cancel) takes back
--- once: what stays counted are the holds its workers died in, until an operator's retry
--- counts afresh. A job held 3 times so is started at its claim, wherever it
--- stands in the batch, so a job that kills its worker before it starts spends its
--- attempts instead of coming back for ever (docs/explanation/architecture.md, "Claiming
--- ahead sized by the worker").
+-- ahead); their start is recorded by their outcome or heartbeat (job_complete_many,
+-- job_heartbeat_many), or by job_start_many for a worker that hears no cancels: a
+-- running job with no started_at has no start recorded, and job_reap gives its attempt
+-- back. A job claimed ahead counts a hold (holds + 1), which the write that records its
+-- start, its release or the let-go of a cancel takes back once: what stays counted are
+-- the holds its workers died in, until an operator's retry counts afresh. A job held 3
+-- times so is started at its claim, wherever it stands in the batch, so a job that
+-- kills its worker as it starts spends its attempts instead of coming back for ever
+-- (docs/explanation/architecture.md, "Claiming ahead sized by the worker").
 WITH candidate AS (
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
         SELECT array_agg(every.id)
@@ -485,10 +506,18 @@ SELECT count(*) AS aged FROM aged;
 -- sixth call (tests/sql/test_generic_plans.py).
 -- Like the claim, a heartbeat need not wait for the disk: one lost in a crash only
 -- leaves the lease a little shorter.
+-- It also records the start of each job claimed ahead whose handler has run `ran`
+-- seconds and whose start no write has recorded yet (a negative `ran`: not started, or
+-- recorded): a job started from the jobs ahead has no statement of its own
+-- (job_complete_many).
 UPDATE __schema__.jobs AS j
-SET lease_until = now() + make_interval(secs => %(lease)s::float8)
-FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[])
-     WITH ORDINALITY AS held(id, token, position),
+SET lease_until = now() + make_interval(secs => %(lease)s::float8),
+    started_at  = CASE WHEN j.started_at IS NULL AND held.ran >= 0
+                       THEN now() - make_interval(secs => held.ran) ELSE j.started_at END,
+    holds       = CASE WHEN j.started_at IS NULL AND held.ran >= 0
+                       THEN greatest(j.holds - 1, 0) ELSE j.holds END
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, ran, position),
      (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.lease_until;
@@ -523,6 +552,9 @@ ORDER BY held.position;
 -- name: job_start_many
 -- Jobs claimed ahead start (their started_at was left unset by the claim): all that a
 -- worker is about to start at one moment, in one statement, each fenced by its token.
+-- A worker uses it only while it hears no cancels (no LISTEN session): otherwise a
+-- cancel reaches it by notification and the start is recorded by the job's next write
+-- (job_complete_many).
 -- A job cancelled, or taken by another worker after its lease, since its claim is not
 -- changed and must not start. The start takes back the hold its claim counted, once:
 -- only the start that finds started_at unset counts as the job's start. A start sent
@@ -599,19 +631,31 @@ WHERE job_id = %(id)s
 ORDER BY run;
 
 -- name: job_complete_many
+-- The outcomes (job_complete_many, job_fail_many, job_end_many) record the start of a
+-- job claimed ahead where nothing has yet: its handler ran `ran` seconds before the
+-- write was sent, and its claim's hold is taken back, once (only the write that finds
+-- started_at unset counts as the job's start). A worker starts a job claimed ahead
+-- without a statement of its own (docs/explanation/architecture.md, "Claiming ahead");
+-- one that dies before its job's outcome or first heartbeat leaves no started_at, and
+-- job_reap gives the attempt back while the hold stays counted (the holds rule).
 UPDATE __schema__.jobs AS j
 SET status      = 'done',
     claim_token = NULL,
     lease_until = NULL,
     result      = held.result,
-    finished_at = now()
-FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[])
-     WITH ORDINALITY AS held(id, token, result, position)
+    finished_at = now(),
+    started_at  = coalesce(j.started_at, now() - make_interval(secs => held.ran)),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
+FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[],
+            %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, result, ran, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position;
 
 -- name: job_fail_many
--- A NULL retry_in fails the job now, attempts left or not (args its task rejects).
+-- A NULL retry_in fails the job now, attempts left or not (args its task rejects). The
+-- start is recorded as job_complete_many's.
 UPDATE __schema__.jobs AS j
 SET status      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NULL
                        THEN 'failed' ELSE 'pending' END,
@@ -624,10 +668,13 @@ SET status      = CASE WHEN j.attempts >= j.max_attempts OR held.retry_in IS NUL
     errors      = j.errors || jsonb_build_array(held.error
                       || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
                                             'at', now())),
-    worker_id   = NULL
+    worker_id   = NULL,
+    started_at  = coalesce(j.started_at, now() - make_interval(secs => held.ran)),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
 FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(errors)b::jsonb[],
-            %(retry_in)b::float8[])
-     WITH ORDINALITY AS held(id, token, error, retry_in, position)
+            %(retry_in)b::float8[], %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, error, retry_in, ran, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position, j.status;
 
@@ -644,14 +691,16 @@ RETURNING held.position, j.status;
 -- says its handler has stopped, so the job's key, and the retried job itself, need not
 -- wait for the lease; one cancelled while it waited in the worker (claimed ahead, never
 -- started) gets back the hold its claim counted, as a release does. Only the running
--- jobs count as released (the others were lost).
--- The extra arrays travel as text: they are rare, and mostly NULLs.
+-- jobs count as released (the others were lost). A snooze past its limit records the
+-- start of a job claimed ahead as job_complete_many does (`ran`: how long its handler
+-- ran; -1 for a release, whose job goes back to pending with no start).
+-- The extra arrays but `ran` travel as text: they are rare, and mostly NULLs.
 WITH held AS (
     SELECT * FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(delays)s::float8[],
                          %(untils)s::timestamptz[], %(snoozes)s::boolean[],
-                         %(max_snoozes)s::integer[], %(errors)s::jsonb[])
+                         %(max_snoozes)s::integer[], %(errors)s::jsonb[], %(ran)b::float8[])
                   WITH ORDINALITY AS held(id, token, delay, until, snooze, max_snoozes,
-                                          error, position)
+                                          error, ran, position)
 ),
 let_go AS (
     UPDATE __schema__.jobs AS j
@@ -682,7 +731,9 @@ SET status      = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN '
                            'attempt', j.attempts - 1, 'worker_id', j.worker_id, 'at', now()))
                        ELSE j.errors END,
     worker_id   = NULL,
-    started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes THEN j.started_at
+    started_at  = CASE WHEN held.snooze AND j.snoozes >= held.max_snoozes
+                       THEN coalesce(j.started_at, CASE WHEN held.ran >= 0
+                                     THEN now() - make_interval(secs => held.ran) END)
                   END,
     -- A job released before it started was held ahead by a worker that lived to hand
     -- it back: the hold its claim counted is taken back (job_claim_many).
@@ -696,7 +747,8 @@ RETURNING held.position, j.status;
 -- A handler ends its job at once, whatever attempts are left: `failed` (raise
 -- pgbaton.Discard, or an error its task does not retry) or `cancelled` (raise
 -- pgbaton.Cancel). The error, or the reason, is appended to errors. Fenced as every
--- worker write: a worker that lost the claim changes nothing.
+-- worker write: a worker that lost the claim changes nothing. The start is recorded as
+-- job_complete_many's.
 UPDATE __schema__.jobs AS j
 SET status      = held.status,
     claim_token = NULL,
@@ -705,9 +757,13 @@ SET status      = held.status,
     errors      = j.errors || jsonb_build_array(held.error
                       || jsonb_build_object('attempt', j.attempts, 'worker_id', j.worker_id,
                                             'at', now())),
-    worker_id   = NULL
-FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)s::text[], %(errors)s::jsonb[])
-     WITH ORDINALITY AS held(id, token, status, error, position)
+    worker_id   = NULL,
+    started_at  = coalesce(j.started_at, now() - make_interval(secs => held.ran)),
+    holds       = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                       ELSE j.holds END
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(statuses)s::text[], %(errors)s::jsonb[],
+            %(ran)b::float8[])
+     WITH ORDINALITY AS held(id, token, status, error, ran, position)
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
   AND held.status IN ('failed', 'cancelled')
 RETURNING held.position, j.status;
@@ -717,10 +773,12 @@ RETURNING held.position, j.status;
 -- run_at stays, so the job keeps its place in the claim order. Cancelled (or retried)
 -- jobs whose old holder's lease has passed are let go on the way: their key is free
 -- already, and they leave the lease and key indexes.
--- A job with no started_at was claimed ahead and never started (job_start_many sets it
--- before the handler runs): it goes back to pending with its attempt given back, and
--- the record says so. A job whose handler kills its worker has started, so it spends
--- its attempts and cannot come back for ever.
+-- A job with no started_at was claimed ahead and its start was never recorded (its
+-- outcome or heartbeat records it, job_complete_many): its worker died while the job
+-- waited, or before its handler's first heartbeat. It goes back to pending with its
+-- attempt given back, and the record says so; the hold its claim counted stays, so a
+-- job that kills its worker as it starts is started at its claim from its third hold
+-- (job_claim_many) and spends its attempts from then: it cannot come back for ever.
 WITH expired_holds AS (
     UPDATE __schema__.jobs
     SET claim_token = NULL, lease_until = NULL
@@ -737,8 +795,9 @@ SET status      = CASE WHEN j.attempts >= j.max_attempts AND j.started_at IS NOT
     errors      = j.errors || jsonb_build_array(jsonb_build_object(
                       'type', 'LeaseExpired',
                       'message', CASE WHEN j.started_at IS NULL
-                          THEN 'the worker stopped before the job started (its lease '
-                               'expired while the job waited in the worker): this '
+                          THEN 'the worker stopped before the job''s start was '
+                               'recorded (its lease expired while the job waited in '
+                               'the worker, or within its first heartbeat): this '
                                'attempt was not counted'
                           ELSE 'the lease expired before the worker finished the job' END,
                       'started', j.started_at IS NOT NULL,
@@ -750,8 +809,8 @@ RETURNING j.id, j.status;
 -- name: job_cancel
 -- A running job keeps its claim token and lease: its handler may still be running, so
 -- its key stays held until the holder releases it or the lease runs out. The holder's
--- heartbeat and completion no longer match (status is not 'running'): it learns at its
--- next heartbeat that it lost the job. A waiting job (docs/explanation/dependencies.md)
+-- heartbeat and completion no longer match (status is not 'running'): the trigger
+-- jobs_notify_cancelled makes it beat at once, and it learns that it lost the job. A waiting job (docs/explanation/dependencies.md)
 -- may be cancelled too; the jobs that wait for it are then cancelled by jobs_ended. A
 -- job that waited for an event waits no more (jobs_waiting_event_only_pending).
 UPDATE __schema__.jobs
@@ -1783,6 +1842,10 @@ WITH suspended AS (
         attempts      = j.attempts - 1,
         worker_id     = NULL,
         started_at    = NULL,
+        -- A job started from the jobs ahead and suspended before its start was recorded
+        -- gives back its claim's hold, as a release does (job_release_many).
+        holds         = CASE WHEN j.started_at IS NULL THEN greatest(j.holds - 1, 0)
+                             ELSE j.holds END,
         has_steps     = true,
         waiting_event = %(event)s,
         run_at        = coalesce(%(until)s::timestamptz,
