@@ -29,7 +29,7 @@ byte status[JOBS];
 byte token[JOBS];            /* claim_token: 0 is NULL, else the number of the claim */
 byte attempts[JOBS];
 byte lease[JOBS];            /* ticks left before lease_until < now() */
-byte claims = 0;             /* tokens drawn so far: gen_random_uuid() never repeats */
+byte claims = 0;             /* claims so far: a token (its claim's random half and job id) never repeats */
 
 /* Ghost state, read only by the assertions: the claim each job last handed out.
  * Unlike token[], the reaper does not clear it. */
