@@ -6,7 +6,7 @@ One process drains jobs with the data plane's own claim and completion (claim 50
 complete_many), in a schema of its own (dependency_bench), in these cases:
 
 - plain, trigger on:   ordinary jobs, as migrated (the trigger's WHEN clause is false)
-- plain, trigger off:  the same with jobs_ended disabled (what the schema was before)
+- plain, trigger off:  the same with jobs_status_changed disabled (no trigger at all)
 - with dependents:     every job has a dependent, so the trigger runs for each one
 - in batches of 100:   every job belongs to a batch with an on_finish callback
 
@@ -38,7 +38,7 @@ def _fill(queue: pgbaton.Queue, dsn: str, case: str, jobs: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {SCHEMA}.jobs, {SCHEMA}.job_dependencies, {SCHEMA}.batches")
         enabled = "DISABLE" if case == "plain, trigger off" else "ENABLE"
-        conn.execute(f"ALTER TABLE {SCHEMA}.jobs {enabled} TRIGGER jobs_ended")  # type: ignore[arg-type]
+        conn.execute(f"ALTER TABLE {SCHEMA}.jobs {enabled} TRIGGER jobs_status_changed")  # type: ignore[arg-type]
     if case == "in batches of 100":
         batch = pgbaton.Batch(on_finish=pgbaton.Callback("finished"))
         for _ in range(jobs // 100):

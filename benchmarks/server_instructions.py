@@ -2,7 +2,7 @@
 counted by callgrind: the same count every run, where this machine's wall-clock rates
 move by 15% (docs/explanation/performance.md, "The claim's work a job, counted").
 
-    python -m benchmarks.server_instructions [--base REF] [--jobs 2048] [--top 12]
+    python -m benchmarks.server_instructions [--base REF] [--try FILE ...] [--jobs 2048]
 
 A scratch server (the binaries of `pg_config --bindir`, or --bindir) runs under
 `valgrind --tool=callgrind`, every backend counted. A queue with a pool of one
@@ -14,7 +14,9 @@ are its own. Printed: instructions a job of each phase, and of the server functi
 say where they go, inclusive of what they call.
 
 With --base REF the same runs first with pgbaton at that git ref (benchmarks/base_tree.py),
-on the same server: two columns, one run. Needs valgrind (Debian's package) and the
+on the same server: two columns, one run. Each --try FILE adds a column: this checkout
+with FILE's SQL run after the migration (`__schema__` stands for the schema), to price a
+change of the schema (a trigger or a constraint dropped, say) before making it. Needs valgrind (Debian's package) and the
 server's binaries; started as root, the server runs as the user `postgres`. Slow: about
 a minute for 2,048 jobs.
 """

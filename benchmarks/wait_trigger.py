@@ -1,4 +1,5 @@
-"""What the wait trigger (jobs_notify_ended, docs/howto/waiting.md) costs the drain.
+"""What the wait trigger (jobs_status_changed since migration 28, jobs_notify_ended before;
+docs/howto/waiting.md) costs the drain.
 
     python -m benchmarks.wait_trigger [--dsn DSN] [--jobs 10000] [--rounds 5]
 
@@ -30,7 +31,7 @@ def _fill(queue: pgbaton.Queue, dsn: str, case: str, jobs: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {SCHEMA}.jobs")
         state = "DISABLE" if case == "triggers off" else "ENABLE"
-        for trigger in ("jobs_notify_ended", "jobs_notify_ended_by_delete"):
+        for trigger in ("jobs_status_changed", "jobs_notify_ended_by_delete"):
             conn.execute(f"ALTER TABLE {SCHEMA}.jobs {state} TRIGGER {trigger}")  # type: ignore[arg-type]
     queue.enqueue_many([{"task": "t"} for _ in range(jobs)])
     if case == "every job awaited":

@@ -201,20 +201,16 @@ LIMIT 1;
 -- pending behind the mark (a reaped job, a dependency's child, the next job of a key
 -- that was busy) waits for the next claim from the head: a second away, or ten times
 -- that claim's length when it is longer, at most 30 s (docs/explanation/scaling.md, "A
--- held xmin"). The candidates travel as one array of the places (ctid) where they were
--- locked, and the update reads them there (a TID scan) instead of finding each again
--- through jobs_pkey: the plan is the same whatever the LIMIT, so the worker's
--- connections keep one generic plan instead of planning every claim. A place holds
--- while the claim holds the row's lock. A row that a transaction committed after the
--- claim's snapshot had moved is locked at its new place, which the snapshot cannot see:
--- the update passes it by, and it stays pending for the next claim.
+-- held xmin"). The candidates travel as one array, joined with id = ANY(...): the plan
+-- is then the same whatever the LIMIT (the head of an index, then the primary key), so
+-- the worker's connections keep one generic plan instead of planning every claim.
 -- The claim's commit does not wait for the disk (synchronous_commit off for this one
 -- transaction): a claim lost in a server crash leaves the job as it was, which is what
 -- an expired lease does anyway, and the holder's fenced completion then returns False.
 -- The outer SELECT hands the batch back in claim order.
 -- What a claim needs once is made once, in `per_claim`, not for each row (counted in
 -- instructions on the server: docs/explanation/performance.md, "The claim's work a job,
--- counted"): the places of the first `starting` jobs, and the tokens' random half. A claim token is
+-- counted"): the first `starting` ids, and the tokens' random half. A claim token is
 -- that half, drawn once a claim, and the job's id: unique for each job and claim, which
 -- is all the fence asks of it (a stale holder's token names its old claim), where a
 -- random UUID a row cost as much as the row's update of jobs_held.
@@ -231,9 +227,9 @@ LIMIT 1;
 -- (docs/explanation/architecture.md, "Claiming ahead sized by the worker").
 WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's columns
     SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
-        SELECT array_agg(every.ctid)
+        SELECT array_agg(every.id)
         FROM (
-            SELECT c.ctid
+            SELECT c.id
             FROM (SELECT %(after)s::jsonb -> 'every' AS m) AS mark
             -- Past the mark (see above): its priority's jobs after it, then the lower
             -- priorities; the higher ones first, from their head. No mark: the whole index.
@@ -246,7 +242,7 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
                  '-infinity'::timestamptz, 0::bigint)
             ) AS part(low, high, after_run_at, after_id)
             CROSS JOIN LATERAL (
-            SELECT c.ctid
+            SELECT c.id
             FROM __schema__.jobs AS c
             WHERE c.status = 'pending'
               AND c.run_at <= now()
@@ -298,9 +294,9 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
             LIMIT %(limit)s
         ) AS every)
     ELSE (
-        SELECT array_agg(picked.ctid ORDER BY picked.priority DESC, picked.run_at, picked.id)
+        SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.run_at, picked.id)
         FROM (
-            SELECT named.ctid, named.id, named.priority, named.run_at
+            SELECT named.id, named.priority, named.run_at
             FROM (SELECT DISTINCT u.name FROM unnest((SELECT %(queues)s::text[])) AS u(name)
                   WHERE u.name NOT IN (  -- as above, once per named queue
                         SELECT q.name FROM __schema__.queues AS q
@@ -308,7 +304,7 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
                            OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
                  ) AS wanted
             CROSS JOIN LATERAL (
-              SELECT c.ctid, c.id, c.priority, c.run_at
+              SELECT c.id, c.priority, c.run_at
               FROM (SELECT %(after)s::jsonb -> 'queues' -> wanted.name AS m) AS mark
               CROSS JOIN LATERAL (VALUES  -- as in the `every` arm, with the queue's mark
                   ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
@@ -319,7 +315,7 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
                    '-infinity'::timestamptz, 0::bigint)
               ) AS part(low, high, after_run_at, after_id)
               CROSS JOIN LATERAL (
-                SELECT c.ctid, c.id, c.priority, c.run_at
+                SELECT c.id, c.priority, c.run_at
                 FROM __schema__.jobs AS c
                 -- The range of one queue name, and jobs_queue_claimable's predicate.
                 WHERE c.queue >= wanted.name AND c.queue <= wanted.name AND c.queue <> ''
@@ -359,10 +355,10 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
             ORDER BY named.priority DESC, named.run_at, named.id
             LIMIT %(limit)s
         ) AS picked)
-    END AS places
+    END AS ids
 ),
 per_claim AS (
-    SELECT candidate.places, candidate.places[1:%(starting)s::integer] AS starting_places,
+    SELECT candidate.ids, candidate.ids[1:%(starting)s::integer] AS starting_ids,
            left(replace(gen_random_uuid()::text, '-', ''), 16) AS token_head
     FROM candidate
 ),
@@ -377,15 +373,15 @@ claimed AS (
         -- The candidates' array is in claim order. Most claims start all they take:
         -- the first test spares them the search.
         started_at  = CASE WHEN %(starting)s::integer >= %(limit)s::integer
-                             OR j.ctid = ANY(per_claim.starting_places)
+                             OR j.id = ANY(per_claim.starting_ids)
                              OR j.holds >= 3
                            THEN now() END,
         holds       = j.holds + CASE WHEN %(starting)s::integer >= %(limit)s::integer
-                                       OR j.ctid = ANY(per_claim.starting_places)
+                                       OR j.id = ANY(per_claim.starting_ids)
                                        OR j.holds >= 3
                                      THEN 0 ELSE 1 END
     FROM per_claim, (SELECT set_config('synchronous_commit', 'off', true)) AS no_disk_wait
-    WHERE j.ctid = ANY((SELECT per_claim.places FROM per_claim)::tid[])
+    WHERE j.id = ANY(per_claim.ids)
     RETURNING j.id, j.claim_token, j.attempts, j.max_attempts, j.task, j.args, j.key,
               j.queue, j.priority, j.run_at, j.lease_until, j.idempotency_key, j.created_at,
               j.meta, j.started_at IS NOT NULL AS started

@@ -5,8 +5,10 @@
 -- (docs/explanation/performance.md, "The claim's work a job, counted"). Its WHEN reads
 -- only the new row, its cheapest columns first; the function does what the three did,
 -- in their order (jobs_ended, then the cancel, then the end), for the few jobs it lets
--- through. No statement of the previous release changes. Replacing the triggers reads no
--- row and takes jobs' SHARE ROW EXCLUSIVE lock for a moment.
+-- through (an awaited job, or one with dependents or a batch, calls it at each change of
+-- status, a claim too, for nothing but at its end). No statement of the previous release
+-- changes. Replacing the triggers reads no row, but DROP TRIGGER takes jobs' ACCESS
+-- EXCLUSIVE lock for a moment: it waits for every open transaction that used jobs.
 
 CREATE FUNCTION __schema__.jobs_status_changed() RETURNS trigger
 LANGUAGE plpgsql AS $$
