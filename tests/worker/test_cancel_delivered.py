@@ -1,6 +1,7 @@
 """A running job's cancel reaches its worker at once (the jobs_status_changed trigger,
-migration 28; jobs_notify_cancelled of migration 27 before it), not at the worker's next heartbeat: with a lease of 60 s that beat is
-20 s away, and each test here waits at most CANCEL_SECONDS. A notification decides
+migration 28; jobs_notify_cancelled of migration 27 before it), not at the worker's next
+heartbeat: with a lease of 60 s that beat is 20 s away, and each test here waits at most
+CANCEL_SECONDS. A notification decides
 nothing by itself: the worker checks its claims with its fenced heartbeat, so a forged
 or garbled one stops nothing; and cancels sent while its LISTEN connection was down are
 caught when it comes back (docs/explanation/architecture.md, "Cancels delivered")."""
