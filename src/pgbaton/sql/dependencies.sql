@@ -6,7 +6,8 @@
 -- The first step of an enqueue with parents: lock them in id order (two enqueues never
 -- deadlock), mark them as having dependents, and read how they stand. A parent's end in
 -- flight is waited for and read as ended; a later end waits for this transaction and
--- then fires jobs_status_changed, which finds the committed child. Ids not returned do not exist.
+-- then fires jobs_status_changed, which finds the committed child. Ids not returned do
+-- not exist.
 UPDATE __schema__.jobs AS j
 SET has_dependents = true
 WHERE j.id IN (
