@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,16 @@ def test_every_named_query_is_loaded_once():
     assert len(names) == len(headers) >= 20
     assert '"s1".jobs' in _sql.queries("s1")["job_claim_many"]
     assert "__schema__" not in "".join(_sql.queries("s1").values())
+
+
+def test_no_named_query_holds_a_lone_percent_sign():
+    """psycopg reads every `%` of a statement sent with parameters, its comments included,
+    as the start of a placeholder: a `7%` in a comment made every claim fail with
+    "incomplete placeholder". Each `%` is a placeholder's, or doubled."""
+    for name, text in _sql.queries("s1").items():
+        rest = re.sub(r"%\(\w+\)[sbt]|%%", "", text)
+        lines = [line.strip() for line in rest.splitlines() if "%" in line]
+        assert not lines, f"{name}: a lone % in {lines}"
 
 
 @pytest.mark.parametrize("bad", ["Public", "1abc", "a-b", 'x"; drop', "", "a" * 60])

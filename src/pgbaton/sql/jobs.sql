@@ -213,7 +213,7 @@ LIMIT 1;
 -- counted"): the first `starting` ids, and the tokens' random half. A claim token is
 -- that half, drawn once a claim, and the job's id: unique for each job and claim, which
 -- is all the fence asks of it (a stale holder's token names its old claim), where a
--- random UUID a row from OpenSSL's generator was 7% of the claim's work.
+-- random UUID a row from OpenSSL's generator was a fourteenth of the claim's work.
 -- `starting`: how many of the batch start at once (the worker's free slots); only they
 -- get started_at, the first in claim order. The others wait in the worker (claimed
 -- ahead); their start is recorded by their outcome or heartbeat (job_complete_many,
