@@ -9,8 +9,10 @@ The cell: a paced producer offers RATE jobs a second (bulk enqueues every 50 ms)
 REPEATABLE READ sessions scanning the jobs table in a loop). Every 5 s the test reads,
 from the jobs table's own timestamps, how many jobs finished in the last 5 s and how
 long the ones started in them waited (started_at - created_at): during the hold the
-completions stay at 90% of what was offered or more, and the wait's p99 under 1 s
-(no two 5 s windows in a row past it: a single window past 1 s is seen without any hold).
+completions stay at 90% of what was offered or more, and the wait's p99 under 1 s (no
+two 5 s windows in a row short of either: a single one is seen without any hold, and
+the next window catches it up), and at the end of the hold no more than one window's
+offer waits.
 
 RATE: half of what one worker process drained on this machine (545 to 600 jobs/s, 2 cores
 shared with other suites) with nobody holding the horizon; PGBATON_XMIN_RATE overrides
@@ -241,12 +243,17 @@ def check(samples: list[Sample], plan: str) -> None:
     report = "\n".join(s.line() for s in samples) + "\n\nclaim during the hold:\n" + plan
     print(report)
     assert held
-    slow = [s for s in held if s.finished < 0.9 * s.offered]
-    # A collapse lasts: one 5 s window with a p99 past 1 s happens in the warm-up too
-    # (a checkpoint, another suite on the same two cores); two windows in a row do not.
+    # A collapse lasts: one 5 s window short of its offer or with a p99 past 1 s happens
+    # in the warm-up too (a checkpoint, another suite on the same two cores: CI's full
+    # lane saw 251 of 300 a second once, and 349 in the window after); two windows in a
+    # row do not, and what waits at the end of the hold is no more than one window's offer.
+    short = [s.finished < 0.9 * s.offered for s in held]
     over = [s.wait_p99 is not None and s.wait_p99 >= 1.0 for s in held]
+    slow = [held[i] for i in range(1, len(held)) if short[i - 1] and short[i]]
     late = [held[i] for i in range(1, len(held)) if over[i - 1] and over[i]]
-    assert not slow and not late, f"the claim collapsed under the held xmin:\n{report}"
+    behind = held[-1].backlog > held[-1].offered
+    assert not slow and not late and not behind, (
+        f"the claim collapsed under the held xmin:\n{report}")
 
 
 def test_a_held_xmin_does_not_collapse_the_claim(dsn: str, app_schema: str, start_worker):
