@@ -42,6 +42,7 @@ from . import base_tree
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "counted"
 CLAIM, STARTING, COMPLETE = 128, 32, 32
+ONE_BY_ONE, IN_BULK = 256, 2_000  # the enqueues counted: one a call, then 1,000 a call
 # The server functions that show where a phase's instructions go (inclusive counts).
 PARTS = [
     ("ExecutorStart", "executor start (each statement)"),
@@ -56,8 +57,15 @@ PARTS = [
     ("uuid_in", "text to uuid"),
     ("array_get_slice", "array slices"),
     ("XLogInsert", "WAL records"),
+    ("heap_insert", "row insert"),
+    ("heap_multi_insert", "rows inserted by COPY"),
+    ("plpgsql_exec_trigger", "PL/pgSQL trigger functions"),
+    ("CommitTransaction", "commit"),
 ]
 SUMMARY = re.compile(r"^summary: (\d+)$", re.MULTILINE)
+# The phases counted, in the order they run; None: as many jobs as --jobs.
+PHASES = {"claim": None, "completion": None, "enqueue, one a call": ONE_BY_ONE,
+          "enqueue, 1,000 a call": IN_BULK}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -163,13 +171,13 @@ def count(server: Server, jobs: int, env: dict[str, str],
     subprocess.run([sys.executable, "-m", "benchmarks.server_instructions", "--jobs",
                     str(jobs), "--phases", server.dsn, *(["--setup", setup] if setup else [])],
                    check=True, env=env, cwd=ROOT)
-    # Only the queue's connection calls pg_sleep: its three dumps end the warm-up, the
-    # claims and the completions.
+    # Only the queue's connection calls pg_sleep: its dumps end the warm-up, then each
+    # phase.
     dumps = sorted(server.folder.glob("out.*.*"), key=lambda p: int(p.suffix[1:]))
-    if len(dumps) != 3 or len({p.stem for p in dumps}) != 1:
-        sys.exit(f"callgrind wrote {[p.name for p in dumps]}: not three dumps of one backend")
-    _, claims, completions = dumps
-    return {"claim": read(claims), "completion": read(completions)}
+    if len(dumps) != 1 + len(PHASES) or len({p.stem for p in dumps}) != 1:
+        sys.exit(f"callgrind wrote {[p.name for p in dumps]}: not {1 + len(PHASES)} dumps "
+                 "of one backend")
+    return {phase: read(dump) for phase, dump in zip(PHASES, dumps[1:], strict=True)}
 
 
 def read(dump: Path) -> dict[str, int]:
@@ -234,10 +242,17 @@ def phases(dsn: str, jobs: int, setup: str | None) -> None:
         conn.execute(f"ANALYZE {SCHEMA}.jobs")
         complete(claim(CLAIM))
         conn.execute("CHECKPOINT")
+    for seq in range(8):  # the single insert prepared too
+        queue.enqueue("noop", {"seq": seq})
     mark()
     claims = claim(jobs)
     mark()
     complete(claims)
+    mark()
+    for seq in range(ONE_BY_ONE):
+        queue.enqueue("noop", {"seq": seq})
+    mark()
+    enqueue(IN_BULK)
     mark()
     queue.close()
 
@@ -246,14 +261,15 @@ def render(columns: dict[str, dict[str, dict[str, int]]], jobs: int) -> str:
     names = list(columns)
     lines = ["| per job | " + " | ".join(names) + " |",
              "|---|" + "--:|" * len(names)]
-    for phase in ("claim", "completion"):
+    for phase, count in PHASES.items():
+        per = count or jobs
         lines.append(f"| **{phase}, all** | " + " | ".join(
-            f"**{columns[n][phase]['total'] / jobs:,.0f}**" for n in names) + " |")
+            f"**{columns[n][phase]['total'] / per:,.0f}**" for n in names) + " |")
         for name, label in PARTS:
             values = [columns[n][phase][name] for n in names]
             if any(values):
                 lines.append(f"| {phase}: {label} (`{name}`) | " + " | ".join(
-                    f"{v / jobs:,.0f}" for v in values) + " |")
+                    f"{v / per:,.0f}" for v in values) + " |")
     return "\n".join(lines)
 
 
@@ -283,8 +299,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.keep:
             shutil.copytree(folder, args.keep, dirs_exist_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"Server instructions a job (callgrind, {args.jobs} jobs; claims of 128, 32 "
-          "starting; completions of 32):\n")
+    print(f"Server instructions a job (callgrind; {args.jobs} jobs claimed 128 a claim, 32 "
+          f"starting, and completed 32 a statement; {ONE_BY_ONE} enqueued one a call, "
+          f"{IN_BULK:,} 1,000 a call):\n")
     print(render(columns, args.jobs))
     print("\n" + json.dumps(columns))
 
