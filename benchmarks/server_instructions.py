@@ -18,8 +18,11 @@ on the same server: two columns, one run. Each --try FILE adds a column: this ch
 with FILE's SQL run after the migration (`__schema__` stands for the schema), to price a
 change of the schema (a trigger or a constraint dropped, say) before making it.
 
-Needs valgrind (Debian's package) and the server's binaries; started as root, the server
-runs as the user `postgres`. About 25 s a column for 2,048 jobs.
+Callgrind counts the server's own instructions, not the kernel's: a system call (a read
+of /dev/urandom by a server built without OpenSSL, a write of WAL) counts as the few
+instructions that make it. Needs valgrind (Debian's package) and the server's binaries;
+started as root, the server runs as the user `postgres`. About 25 s a column for 2,048
+jobs.
 """
 
 from __future__ import annotations
