@@ -1153,8 +1153,7 @@ $$;
 CREATE FUNCTION __schema__.jobs_notify_ended() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '_ended',
-                      (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END)::text);
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_ended', OLD.id::text);
     RETURN NULL;
 END;
 $$;

@@ -77,3 +77,12 @@ BEGIN
     RETURN NULL;
 END;
 $$;
+
+-- jobs_notify_ended serves only jobs_notify_ended_by_delete now: the deleted row's id.
+CREATE OR REPLACE FUNCTION __schema__.jobs_notify_ended() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '_ended', OLD.id::text);
+    RETURN NULL;
+END;
+$$;
