@@ -8,7 +8,9 @@ A scratch server (the binaries of `pg_config --bindir`, or --bindir) runs under
 `valgrind --tool=callgrind`, every backend counted. A queue with a pool of one
 connection enqueues the jobs, claims them the worker's way (128 a claim, 32 of them
 starting at once) and completes them 32 a statement, after a warm-up that prepares the
-statements and an ANALYZE. A `SELECT pg_sleep(0)` on that connection marks each phase:
+statements and an ANALYZE; then enqueues 256 jobs one a call and 2,000 1,000 a call, and
+claims 256 one a claim and completes them one a statement (an idle worker's statements,
+whose cost is mostly what a statement pays before its first row). A `SELECT pg_sleep(0)` on that connection marks each phase:
 callgrind dumps its counts each time the backend enters pg_sleep, so each phase's counts
 are its own. Printed: instructions a job of each phase, and of the server functions that
 say where they go, inclusive of what they call.
@@ -46,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = "counted"
 CLAIM, STARTING, COMPLETE = 128, 32, 32
 ONE_BY_ONE, IN_BULK = 256, 2_000  # the enqueues counted: one a call, then 1,000 a call
+SINGLES = 256  # jobs claimed one a claim and completed one a statement (an idle worker's)
 # The server functions that show where a phase's instructions go (inclusive counts).
 PARTS = [
     ("ExecutorStart", "executor start (each statement)"),
@@ -68,7 +71,8 @@ PARTS = [
 SUMMARY = re.compile(r"^summary: (\d+)$", re.MULTILINE)
 # The phases counted, in the order they run; None: as many jobs as --jobs.
 PHASES = {"claim": None, "completion": None, "enqueue, one a call": ONE_BY_ONE,
-          "enqueue, 1,000 a call": IN_BULK}
+          "enqueue, 1,000 a call": IN_BULK, "claim, one a call": SINGLES,
+          "completion, one a call": SINGLES}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -214,11 +218,11 @@ def phases(dsn: str, jobs: int, setup: str | None) -> None:
             queue.enqueue_many([{"task": "noop", "args": {"seq": s}}
                                 for s in range(start, min(n, start + 1000))])
 
-    def claim(n: int) -> list[pgbaton.Claim]:
+    def claim(n: int, limit: int = CLAIM, starting: int = STARTING) -> list[pgbaton.Claim]:
         claims: list[pgbaton.Claim] = []
         while len(claims) < n:
-            batch = queue.engine.claim_batch("counted", limit=CLAIM, lease=600,
-                                             starting=STARTING).claims
+            batch = queue.engine.claim_batch("counted", limit=limit, lease=600,
+                                             starting=starting).claims
             if not batch:
                 break
             claims += batch
@@ -226,9 +230,9 @@ def phases(dsn: str, jobs: int, setup: str | None) -> None:
             sys.exit(f"claimed {len(claims)} jobs of {n}")
         return claims
 
-    def complete(claims: list[pgbaton.Claim]) -> None:
-        for start in range(0, len(claims), COMPLETE):
-            done = queue.engine.complete_many([(c, None) for c in claims[start:start + COMPLETE]])
+    def complete(claims: list[pgbaton.Claim], each: int = COMPLETE) -> None:
+        for start in range(0, len(claims), each):
+            done = queue.engine.complete_many([(c, None) for c in claims[start:start + each]])
             if not all(done):
                 sys.exit("a completion was refused")
 
@@ -256,6 +260,10 @@ def phases(dsn: str, jobs: int, setup: str | None) -> None:
         queue.enqueue("noop", {"seq": seq})
     mark()
     enqueue(IN_BULK)
+    mark()
+    claims = claim(SINGLES, limit=1, starting=1)
+    mark()
+    complete(claims, each=1)
     mark()
     queue.close()
 

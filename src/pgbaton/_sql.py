@@ -17,9 +17,11 @@ ENDED_CHANNEL_PLACEHOLDER = "__ended_channel__"  # the channel of awaited jobs' 
 CANCELLED_CHANNEL_PLACEHOLDER = "__cancelled_channel__"  # running jobs cancelled
 _SCHEMA_NAME = re.compile(rf"^[a-z_][a-z0-9_]{{0,{MAX_SCHEMA_NAME_LENGTH - 1}}}$")
 _QUERY_HEADER = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
-# A statement's header, or a fragment's: a piece of SQL several statements share (the
-# job filter), written once and put where a statement says __<fragment name>__.
-_HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
+# A statement's header, or a fragment's: a piece of SQL several statements share, written
+# once and put where a statement says __<fragment name>__. A fragment is an expression
+# (the job filter), put in parentheses; a part is a run of a statement's clauses (the
+# claim's write), put as written.
+_HEADER = re.compile(r"^-- (name|fragment|part): (\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
@@ -55,8 +57,8 @@ QUERY_FILES = ("server.sql", "migration.sql", "jobs.sql", "queues.sql", "leader.
 
 @functools.cache
 def _sections() -> tuple[dict[str, str], dict[str, str]]:
-    """The statements and the fragments of the query files, each as written; a name may
-    appear only once."""
+    """The statements of the query files, each as written, and their fragments and
+    parts, each as put in place; a name may appear only once."""
     statements: dict[str, str] = {}
     fragments: dict[str, str] = {}
     folder = resources.files("pgbaton").joinpath("sql")
@@ -68,22 +70,27 @@ def _sections() -> tuple[dict[str, str], dict[str, str]]:
         for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
             if name in statements or name in fragments:
                 raise RuntimeError(f"query {name!r} is defined twice (again in {file_name})")
-            (statements if kind == "name" else fragments)[name] = body.strip()
+            if kind == "name":
+                statements[name] = body.strip()
+            else:
+                fragments[name] = as_put(kind, body.strip())
     return statements, fragments
 
 
-def _as_put(fragment: str) -> str:
-    """A fragment as it is put in place: its SQL, without its comments, in parentheses."""
+def as_put(kind: str, fragment: str) -> str:
+    """A fragment or a part (`kind`, as its header says) as it is put in place: its SQL
+    without its comments, a fragment's in parentheses."""
     lines = [line for line in fragment.splitlines() if not line.lstrip().startswith("--")]
-    return "(" + "\n".join(lines) + ")"
+    text = "\n".join(lines)
+    return f"({text})" if kind == "fragment" else text
 
 
 def fill(body: str, fragments: dict[str, str]) -> str:
-    """The statement with each __<fragment>__ replaced (fragments: by name, as
-    written), its lines indented to where the hole was."""
+    """The statement with each __<fragment>__ replaced (fragments and parts: by name, as
+    put in place), its lines indented to where the hole was."""
     def put(match: re.Match[str]) -> str:
         column = match.start() - (body.rfind("\n", 0, match.start()) + 1)
-        return _as_put(fragments[match[1]]).replace("\n", "\n" + " " * column)
+        return fragments[match[1]].replace("\n", "\n" + " " * column)
 
     if not fragments:
         return body

@@ -123,8 +123,10 @@ class AsyncEngine:
                               starting=starting)
         if await self._flow_is_on():
             statement, marks = "job_claim_flow", self._flow_claim_marks
-        else:
+        elif params["queues"] is None:
             statement, marks = "job_claim_many", self._claim_marks
+        else:
+            statement, marks = "job_claim_queues", self._claim_marks
         for _ in range(3):
             params["after"] = marks.after(params["queues"], params["tasks"])
             took: list[float] = []  # the statement's own time, not the pool's wait

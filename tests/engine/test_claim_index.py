@@ -158,7 +158,7 @@ def test_claim_plan_of_named_queues_reads_the_head_of_jobs_queue_claimable(big):
     claim order, with no table scan and no sort below the merge
     (tests/engine/test_claim_named_queues.py: also under the generic plan)."""
     schema, conn = big
-    query = _sql.queries(schema)["job_claim_many"]
+    query = _sql.queries(schema)["job_claim_queues"]
     [row] = conn.execute(
         "EXPLAIN (FORMAT JSON) " + query,  # type: ignore[operator]
         _claim_params(10, ["default", "mail"]),

@@ -71,9 +71,10 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def _explain_generic_claim(
     server_dsn: str, schema: str, queues: list[str] | None, limit: int
 ) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of job_claim_many, prepared and run under its generic plan on a
-    connection of its own, rolled back."""
-    query = _sql.queries(schema)["job_claim_many"]
+    """EXPLAIN ANALYZE of the claim the engine sends (job_claim_many, or with queues
+    job_claim_queues), prepared and run under its generic plan on a connection of its
+    own, rolled back."""
+    query = _sql.queries(schema)["job_claim_many" if queues is None else "job_claim_queues"]
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:

@@ -210,10 +210,12 @@ def _key_probes(text: str) -> list[str]:
 
 
 def test_the_flow_claim_runs_the_plain_claims_key_probes(queue, db, schema):
-    """job_claim_flow, as migrated, repeats job_claim_many's per-key probes word for
-    word (both of its arms), so that the two paths cannot drift apart: a probe changed
-    in one and not the other fails here."""
-    plain = _key_probes(_sql.queries(schema)["job_claim_many"])
+    """job_claim_flow, as migrated, repeats the plain claims' per-key probes word for
+    word (job_claim_many's and job_claim_queues': the fragment claim_key_free), so that
+    the two paths cannot drift apart: a probe changed in one and not the other fails
+    here."""
+    statements = _sql.queries(schema)
+    plain = _key_probes(statements["job_claim_many"] + statements["job_claim_queues"])
     [flow_source] = [
         r["prosrc"] for r in db.execute(
             "SELECT prosrc FROM pg_proc WHERE proname = 'job_claim_flow'"

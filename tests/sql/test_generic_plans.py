@@ -103,11 +103,11 @@ def test_the_generic_plan_reads_jobs_by_id(server_dsn: str, filled: str, name: s
 
 @pytest.mark.parametrize("queues", [None, ["default"], ["default", "mail"]])
 def test_the_claim_is_planned_once(server_dsn: str, filled: str, queues: list[str] | None):
-    """The claim too, whether or not it names queues: planned for one named queue, the
-    named arm looked cheaper than the generic plan's ten, and a worker with --queues
-    planned its claim (more than a millisecond) at every call. The limit varies from
-    call to call as a worker's does."""
-    statement = _sql.queries(filled)["job_claim_many"]
+    """The claims too, job_claim_many and job_claim_queues: planned for one named
+    queue, the named queues' claim looked cheaper than the generic plan's ten, and a
+    worker with --queues planned its claim (more than a millisecond) at every call. The
+    limit varies from call to call as a worker's does."""
+    statement = _sql.queries(filled)["job_claim_many" if queues is None else "job_claim_queues"]
     with psycopg.connect(server_dsn, autocommit=True, prepare_threshold=0) as conn:
         for call in range(CALLS):
             params = claim_params("w", 1 + call % 32, 30.0, queues, None)

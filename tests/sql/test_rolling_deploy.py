@@ -38,7 +38,7 @@ _RELEASE_FILE = re.compile(r"^queries_v(\d+)\.sql$")
 # A file holds one or more query files of its release, each below a line naming it (the
 # release of schema 3 had one query file, and no such line).
 _QUERY_FILE_LINE = re.compile(r"^-- file: .*$", re.MULTILINE)
-_HEADER = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)  # as in _sql.py
+_HEADER = re.compile(r"^-- (name|fragment|part): (\w+)\s*$", re.MULTILINE)  # as in _sql.py
 _PARAMETER = re.compile(r"%\((\w+)\)[sb]")
 PREVIOUS_VERSION = 3  # the oldest release kept: the long range
 
@@ -61,7 +61,10 @@ def release_statements(version: int, schema: str) -> dict[str, str]:
         parts = _HEADER.split(section)
         for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
             assert name not in statements and name not in fragments, name
-            (statements if kind == "name" else fragments)[name] = body.strip()
+            if kind == "name":
+                statements[name] = body.strip()
+            else:
+                fragments[name] = _sql.as_put(kind, body.strip())
     return {name: _sql.bind(_sql.fill(body, fragments), schema)
             for name, body in statements.items()}
 

@@ -176,21 +176,17 @@ LIMIT 1;
 -- that another claim holds, so claims neither collide nor wait. A keyed job is a
 -- candidate only while no other job of its key runs, none cancelled (or retried since)
 -- is still held by its old handler, and none older is pending or waiting for its
--- parents (docs/explanation/guarantees.md, "Per-key order"). With tasks given, only
--- jobs of those tasks are candidates (a worker claims what it can run): jobs of other
--- tasks at the head of the index are stepped over, one index entry each.
--- Two arms, of which the CASE runs one: without queues, the head of jobs_claimable (the
--- `every` arm); with queues, the head of each named queue in jobs_queue_claimable,
--- merged in claim order (the `named` arm). The named arm can never read jobs_claimable,
--- whatever the plan: a generic plan, which a worker's connection ends on, does not know
--- how much of the table the named queues hold, and jobs_claimable filtered by queue
--- walks every other queue's older and higher-priority jobs before the first of them.
--- So its queue test is a range of one name, ordered by queue first, which only
--- jobs_queue_claimable hands over in order (an equality would make that order
--- redundant, and the index choice the statistics'). Each named queue locks up to the
--- limit and the best of them are claimed; the rest are let go at the commit.
--- The mark (`after`, JSON: {"every": [priority, run_at, id], "queues": {name: [...]}}) is
--- the last job this worker claimed from that head; NULL (as a rule) reads from the head.
+-- parents (claim_key_free below; docs/explanation/guarantees.md, "Per-key order"). With
+-- tasks given, only jobs of those tasks are candidates (a worker claims what it can
+-- run): jobs of other tasks at the head of the index are stepped over, one index entry
+-- each.
+-- This claim reads the head of jobs_claimable, for a worker of every queue; a worker that
+-- names its queues claims by job_claim_queues, the same claim from jobs_queue_claimable.
+-- Two statements and not one CASE of two arms: the executor readies a statement's whole
+-- plan at every run, the arm it does not take too, and that made a claim of one job a
+-- sixth dearer (docs/explanation/performance.md, "The claim's work a job, counted").
+-- The mark (`after`, JSON: {"every": [priority, run_at, id]}) is the last job this
+-- worker claimed from that head; NULL (as a rule) reads from the head.
 -- Claimed jobs leave their entries at the head of the index until a VACUUM removes
 -- them, and while some session holds an old snapshot (a held xmin) none can, nor can a
 -- scan mark them dead: every claim from the head reads every one, a heap fetch each.
@@ -204,29 +200,8 @@ LIMIT 1;
 -- held xmin"). The candidates travel as one array, joined with id = ANY(...): the plan
 -- is then the same whatever the LIMIT (the head of an index, then the primary key), so
 -- the worker's connections keep one generic plan instead of planning every claim.
--- The claim's commit does not wait for the disk (synchronous_commit off for this one
--- transaction): a claim lost in a server crash leaves the job as it was, which is what
--- an expired lease does anyway, and the holder's fenced completion then returns False.
--- The outer SELECT hands the batch back in claim order.
--- What a claim needs once is made once, in `per_claim`, not for each row (counted in
--- instructions on the server: docs/explanation/performance.md, "The claim's work a job,
--- counted"): the first `starting` ids, and the tokens' random half. A claim token is
--- that half, drawn once a claim, and the job's id: unique for each job and claim, which
--- is all the fence asks of it (a stale holder's token names its old claim), where a
--- random UUID a row from OpenSSL's generator was a fourteenth of the claim's work.
--- `starting`: how many of the batch start at once (the worker's free slots); only they
--- get started_at, the first in claim order. The others wait in the worker (claimed
--- ahead); their start is recorded by their outcome or heartbeat (job_complete_many,
--- job_heartbeat_many), or by job_start_many for a worker that hears no cancels: a
--- running job with no started_at has no start recorded, and job_reap gives its attempt
--- back. A job claimed ahead counts a hold (holds + 1), which the write that records its
--- start, its release or the let-go of a cancel takes back once: what stays counted are
--- the holds its workers died in, until an operator's retry counts afresh. A job held 3
--- times so is started at its claim, wherever it stands in the batch, so a job that
--- kills its worker as it starts spends its attempts instead of coming back for ever
--- (docs/explanation/architecture.md, "Claiming ahead sized by the worker").
 WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's columns
-    SELECT CASE WHEN %(queues)s::text[] IS NULL THEN (
+    SELECT (
         SELECT array_agg(every.id)
         FROM (
             SELECT c.id
@@ -260,40 +235,31 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
                     SELECT q.name FROM __schema__.queues AS q
                     WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
                        OR q.key_concurrency IS NOT NULL OR q.key_rate_limit IS NOT NULL)
-              -- Four probes, one per index, so none reads the table whatever the number
-              -- of running jobs: the key's running job, a job of the key cancelled while
-              -- its handler ran and not yet let go, an older pending job (due or not),
-              -- then an older job waiting for its parents (migration 10). The planner
-              -- may read the first two's small indexes whole, once a claim (a hashed
-              -- subplan), while few keyed jobs run, and by key once many do.
-              AND (c.key IS NULL OR (
-                    NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS running
-                        WHERE running.key = c.key AND running.status = 'running'
-                          AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
-                    AND NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS held
-                        WHERE held.key = c.key AND held.lease_until > now()
-                          -- jobs_key_held_after_cancel's predicate
-                          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
-                          AND held.status IN ('cancelled', 'pending'))
-                    AND NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS older
-                        WHERE older.key = c.key AND older.status = 'pending'
-                          AND older.id < c.id)
-                    AND NOT EXISTS (
-                        SELECT 1 FROM __schema__.jobs AS parked
-                        WHERE parked.key = c.key AND parked.status = 'waiting'
-                          AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
-                          AND parked.id < c.id)))
+              AND __claim_key_free__
             ORDER BY c.priority DESC, c.run_at, c.id
             LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED
             ) AS c
             WHERE part.low IS NOT NULL  -- no mark: one part, the whole index
             LIMIT %(limit)s
-        ) AS every)
-    ELSE (
+        ) AS every) AS ids
+),
+__claim_write__
+
+-- name: job_claim_queues
+-- job_claim_many for a worker that names its queues (`queues`, not NULL): the head of
+-- each named queue in jobs_queue_claimable, merged in claim order. It can never read
+-- jobs_claimable, whatever the plan: a generic plan, which a worker's connection ends
+-- on, does not know how much of the table the named queues hold, and jobs_claimable
+-- filtered by queue walks every other queue's older and higher-priority jobs before the
+-- first of them. So its queue test is a range of one name, ordered by queue first,
+-- which only jobs_queue_claimable hands over in order (an equality would make that
+-- order redundant, and the index choice the statistics'). Each named queue locks up to
+-- the limit and the best of them are claimed; the rest are let go at the commit. The
+-- mark (`after`, JSON: {"queues": {name: [priority, run_at, id]}}) is read queue by
+-- queue as job_claim_many reads its own.
+WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's columns
+    SELECT (
         SELECT array_agg(picked.id ORDER BY picked.priority DESC, picked.run_at, picked.id)
         FROM (
             SELECT named.id, named.priority, named.run_at
@@ -324,27 +290,7 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
                   AND c.priority >= part.low AND c.priority <= part.high
                   AND (c.run_at, c.id) > (part.after_run_at, part.after_id)
                   AND (%(tasks)s::text[] IS NULL OR c.task = ANY(%(tasks)s::text[]))
-                  AND (c.key IS NULL OR (
-                        NOT EXISTS (
-                            SELECT 1 FROM __schema__.jobs AS running
-                            WHERE running.key = c.key AND running.status = 'running'
-                              -- jobs_one_running_per_key's predicate
-                              AND running.key IS NOT NULL)
-                        AND NOT EXISTS (
-                            SELECT 1 FROM __schema__.jobs AS held
-                            WHERE held.key = c.key AND held.lease_until > now()
-                              -- jobs_key_held_after_cancel's predicate
-                              AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
-                              AND held.status IN ('cancelled', 'pending'))
-                        AND NOT EXISTS (
-                            SELECT 1 FROM __schema__.jobs AS older
-                            WHERE older.key = c.key AND older.status = 'pending'
-                              AND older.id < c.id)
-                        AND NOT EXISTS (
-                            SELECT 1 FROM __schema__.jobs AS parked
-                            WHERE parked.key = c.key AND parked.status = 'waiting'
-                              AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
-                              AND parked.id < c.id)))
+                  AND __claim_key_free__
                 ORDER BY c.queue, c.priority DESC, c.run_at, c.id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
@@ -354,9 +300,34 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
             ) AS named
             ORDER BY named.priority DESC, named.run_at, named.id
             LIMIT %(limit)s
-        ) AS picked)
-    END AS ids
+        ) AS picked) AS ids
 ),
+__claim_write__
+
+-- part: claim_write
+-- The claim's write, the end of job_claim_many and of job_claim_queues, after their
+-- `candidate` (one row: `ids`, the jobs locked, in claim order).
+-- The claim's commit does not wait for the disk (synchronous_commit off for this one
+-- transaction): a claim lost in a server crash leaves the job as it was, which is what
+-- an expired lease does anyway, and the holder's fenced completion then returns False.
+-- The outer SELECT hands the batch back in claim order.
+-- What a claim needs once is made once, in `per_claim`, not for each row (counted in
+-- instructions on the server: docs/explanation/performance.md, "The claim's work a job,
+-- counted"): the first `starting` ids, and the tokens' random half. A claim token is
+-- that half, drawn once a claim, and the job's id: unique for each job and claim, which
+-- is all the fence asks of it (a stale holder's token names its old claim), where a
+-- random UUID a row from OpenSSL's generator was a fourteenth of the claim's work.
+-- `starting`: how many of the batch start at once (the worker's free slots); only they
+-- get started_at, the first in claim order. The others wait in the worker (claimed
+-- ahead); their start is recorded by their outcome or heartbeat (job_complete_many,
+-- job_heartbeat_many), or by job_start_many for a worker that hears no cancels: a
+-- running job with no started_at has no start recorded, and job_reap gives its attempt
+-- back. A job claimed ahead counts a hold (holds + 1), which the write that records its
+-- start, its release or the let-go of a cancel takes back once: what stays counted are
+-- the holds its workers died in, until an operator's retry counts afresh. A job held 3
+-- times so is started at its claim, wherever it stands in the batch, so a job that
+-- kills its worker as it starts spends its attempts instead of coming back for ever
+-- (docs/explanation/architecture.md, "Claiming ahead sized by the worker").
 per_claim AS (
     SELECT candidate.ids, candidate.ids[1:%(starting)s::integer] AS starting_ids,
            left(replace(gen_random_uuid()::text, '-', ''), 16) AS token_head
@@ -387,6 +358,36 @@ claimed AS (
               j.meta, j.started_at IS NOT NULL AS started
 )
 SELECT * FROM claimed ORDER BY priority DESC, run_at, id;
+
+-- fragment: claim_key_free
+-- Whether the candidate job c may run now for its key, in job_claim_many and
+-- job_claim_queues (job_claim_flow in schema.sql repeats it word for word:
+-- tests/engine/test_per_key_paths.py). Four probes, one per index, so none reads the
+-- table whatever the number of running jobs: the key's running job, a job of the key
+-- cancelled while its handler ran and not yet let go, an older pending job (due or
+-- not), then an older job waiting for its parents (migration 10). The planner may read
+-- the first two's small indexes whole, once a claim (a hashed subplan), while few keyed
+-- jobs run, and by key once many do.
+c.key IS NULL OR (
+    NOT EXISTS (
+        SELECT 1 FROM __schema__.jobs AS running
+        WHERE running.key = c.key AND running.status = 'running'
+          AND running.key IS NOT NULL)  -- jobs_one_running_per_key's predicate
+    AND NOT EXISTS (
+        SELECT 1 FROM __schema__.jobs AS held
+        WHERE held.key = c.key AND held.lease_until > now()
+          -- jobs_key_held_after_cancel's predicate
+          AND held.key IS NOT NULL AND held.claim_token IS NOT NULL
+          AND held.status IN ('cancelled', 'pending'))
+    AND NOT EXISTS (
+        SELECT 1 FROM __schema__.jobs AS older
+        WHERE older.key = c.key AND older.status = 'pending'
+          AND older.id < c.id)
+    AND NOT EXISTS (
+        SELECT 1 FROM __schema__.jobs AS parked
+        WHERE parked.key = c.key AND parked.status = 'waiting'
+          AND parked.key IS NOT NULL  -- jobs_key_waiting's predicate
+          AND parked.id < c.id))
 
 -- name: job_claim_flow
 -- The claim when some queue is paused or limited (docs/explanation/flow_control.md):
