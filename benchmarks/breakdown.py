@@ -145,7 +145,8 @@ async def latency_timeline(dsn: str, jobs: int) -> None:
         await conn.execute(f"TRUNCATE {SCHEMA}.jobs")  # type: ignore[arg-type]
     worker = Worker(app, WorkerConfig(concurrency=8, dsn=dsn))
     marks: dict[str, float] = {}
-    wake, claim_batch = worker._wake, worker.queue.claim_batch
+    engine = worker.queue.engine  # the producer claims through the queue's engine
+    wake, claim_batch = worker._wake, engine.claim_batch
 
     def timed_wake(reason: str) -> None:
         marks.setdefault("notified", time.perf_counter())
@@ -159,7 +160,7 @@ async def latency_timeline(dsn: str, jobs: int) -> None:
         return batch
 
     worker._wake = timed_wake  # type: ignore[method-assign]
-    worker.queue.claim_batch = timed_claim  # type: ignore[method-assign]
+    engine.claim_batch = timed_claim  # type: ignore[method-assign]
     running = asyncio.create_task(worker.run())
     rng = random.Random(7)
     steps: dict[str, list[float]] = {
