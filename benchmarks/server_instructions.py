@@ -10,10 +10,10 @@ connection enqueues the jobs, claims them the worker's way (128 a claim, 32 of t
 starting at once) and completes them 32 a statement, after a warm-up that prepares the
 statements and an ANALYZE; then enqueues 256 jobs one a call and 2,000 1,000 a call, and
 claims 256 one a claim and completes them one a statement (an idle worker's statements,
-whose cost is mostly what a statement pays before its first row). A `SELECT pg_sleep(0)` on that connection marks each phase:
-callgrind dumps its counts each time the backend enters pg_sleep, so each phase's counts
-are its own. Printed: instructions a job of each phase, and of the server functions that
-say where they go, inclusive of what they call.
+whose cost is mostly what a statement pays before its first row). A `SELECT pg_sleep(0)`
+on that connection marks each phase: callgrind dumps its counts each time the backend
+enters pg_sleep, so each phase's counts are its own. Printed: instructions a job of each
+phase, and of the server functions that say where they go, inclusive of what they call.
 
 With --base REF the same runs first with pgbaton at that git ref (benchmarks/base_tree.py),
 on the same server: two columns, one run. Each --try FILE adds a column: this checkout
