@@ -69,6 +69,31 @@ def test_without_a_backlog_nothing_is_claimed_ahead() -> None:
     assert aheads == [0, 512]
 
 
+def test_a_burst_at_an_idle_worker_takes_ahead_from_its_second_claim() -> None:
+    """A worker idle for a minute, then a backlog of no-op jobs: its second claim is
+    sized by what ended since the backlog began. (The average alone, which remembers
+    the idle minute, climbed for half a second: 3 ahead at the second claim, 59 after
+    20 ms, where a drain of 10,000 jobs lasts about that long.)"""
+    simulation = Simulation(concurrency=32)
+    assert set(simulation.run(60.0, ending_per_second=0, full=False)) == {0}
+    aheads = simulation.run(0.02, ending_per_second=30_000, full=True)
+    assert aheads[0] == 0  # no backlog known before this claim came back full
+    assert set(aheads[1:]) == {512}
+
+
+def test_a_burst_whose_handlers_then_hang_falls_as_they_do() -> None:
+    """The average since the backlog began falls as soon as nothing ends (the time
+    grows, the count does not), and gives way to the slower average after
+    RATE_MEMORY_SECONDS: the claim ahead only falls, and is soon none."""
+    simulation = Simulation(concurrency=32)
+    simulation.run(60.0, ending_per_second=0, full=False)
+    assert simulation.run(0.1, ending_per_second=30_000, full=True)[-1] == 512
+    aheads = simulation.run(HOLD_LIMIT_SECONDS, ending_per_second=0, full=True)
+    assert aheads == sorted(aheads, reverse=True)
+    assert aheads[-1] < 512 / 4
+    assert simulation.run(3.0, ending_per_second=0, full=True)[-1] == 0
+
+
 def test_it_falls_when_handlers_slow_down() -> None:
     simulation = Simulation(concurrency=32)
     assert simulation.run(2.0, ending_per_second=30_000, full=True)[-1] == 512

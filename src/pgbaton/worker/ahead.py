@@ -9,7 +9,11 @@ sized by the worker").
 
 R is the rate at which this worker's handlers end (per second, an average that forgets
 within about RATE_MEMORY_SECONDS), r the claim's round trip (an average), T the target
-wait, cap = min(16 * concurrency, 1024). A job claimed ahead so waits in the worker
+wait, cap = min(16 * concurrency, 1024). For its first RATE_MEMORY_SECONDS a backlog is
+sized by at least the handlers ended since it began over the time since: an average
+that remembers the idle minutes before a burst says little of how fast the handlers can
+go, and it took half a second or more to climb (a drain of 10,000 no-op jobs was over
+before the claims reached half their size). A job claimed ahead so waits in the worker
 about T (or a round trip or two, on a slow link), whatever its run time: 1 s jobs at
 concurrency 32 get 2 ahead, no-op jobs hundreds. Pure arithmetic on what the producer
 tells it, with the clock passed in, so it is tested without a database or a loop.
@@ -58,12 +62,20 @@ class AheadSizer:
         self.backlog = False
         self._rate_at = now
         self._handlers_ended = 0
+        # When the backlog began (the claim before the first that came back full), and
+        # how many handlers had ended by then; None while no backlog waits.
+        self._backlog_from: tuple[float, int] | None = None
 
     def claimed(self, *, asked: int, got: int, round_trip: float) -> None:
         """A claim asked for `asked` jobs, got `got`, and took `round_trip` seconds. A
         claim that came back full says a backlog waits; one that came back short, that
         the worker has caught up."""
-        self.backlog = asked > 0 and got >= asked
+        backlog = asked > 0 and got >= asked
+        if backlog and not self.backlog:
+            self._backlog_from = (self._rate_at, self._handlers_ended)
+        elif not backlog:
+            self._backlog_from = None
+        self.backlog = backlog
         if round_trip >= 0:
             self.round_trip = round_trip if self.round_trip is None else (
                 self.round_trip + ROUND_TRIP_WEIGHT * (round_trip - self.round_trip))
@@ -74,10 +86,24 @@ class AheadSizer:
         self._update_rate(now, handlers_ended)
         if not self.backlog:
             return 0
-        expected = self.rate * max(2 * (self.round_trip or 0.0), self.target_wait)
+        expected = self._backlog_rate(now, handlers_ended) * max(
+            2 * (self.round_trip or 0.0), self.target_wait)
         if expected < LEAST_EXPECTED:
             return 0  # long jobs: a claim comes back long before a slot frees
         return min(math.ceil(expected), self.cap)
+
+    def _backlog_rate(self, now: float, handlers_ended: int) -> float:
+        """R while a backlog waits: the average, or in the backlog's first
+        RATE_MEMORY_SECONDS the handlers ended since it began over the time since, if
+        that is more (it falls as fast as they slow down: no handler ends, the time
+        grows)."""
+        if self._backlog_from is None:
+            return self.rate
+        began, ended_then = self._backlog_from
+        since = now - began
+        if not 0 < since < RATE_MEMORY_SECONDS:
+            return self.rate
+        return max(self.rate, (handlers_ended - ended_then) / since)
 
     def _update_rate(self, now: float, handlers_ended: int) -> None:
         elapsed = now - self._rate_at
