@@ -94,16 +94,19 @@ class AheadSizer:
 
     def _backlog_rate(self, now: float, handlers_ended: int) -> float:
         """R while a backlog waits: the average, or in the backlog's first
-        RATE_MEMORY_SECONDS the handlers ended since it began over the time since, if
-        that is more (it falls as fast as they slow down: no handler ends, the time
-        grows)."""
+        RATE_MEMORY_SECONDS the handlers ended since it began over the time since (T at
+        least), if that is more. It falls as fast as they slow down (no handler ends,
+        the time grows), and the floor of T bounds what it adds: never more ahead than
+        handlers ended since the backlog began, so a few that end together just after
+        it began (jobs of a second that started before it) count as a few, not as a
+        rate of thousands."""
         if self._backlog_from is None:
             return self.rate
         began, ended_then = self._backlog_from
         since = now - began
-        if not 0 < since < RATE_MEMORY_SECONDS:
+        if not 0 <= since < RATE_MEMORY_SECONDS:
             return self.rate
-        return max(self.rate, (handlers_ended - ended_then) / since)
+        return max(self.rate, (handlers_ended - ended_then) / max(since, self.target_wait))
 
     def _update_rate(self, now: float, handlers_ended: int) -> None:
         elapsed = now - self._rate_at
