@@ -1,5 +1,6 @@
 """The instructions a PostgreSQL server spends on a job's claim and on its completion,
-counted by callgrind: the same count every run, where this machine's wall-clock rates
+counted by callgrind: the same count every run to within a few instructions a job (the
+totals of one setup run twice matched to the last digit), where this machine's wall-clock rates
 move by 15% (docs/explanation/performance.md, "The claim's work a job, counted").
 
     python -m benchmarks.server_instructions [--base REF] [--try FILE ...] [--jobs 2048]

@@ -132,8 +132,8 @@ def test_generic_plan_of_a_named_queue_claim_skips_the_backlog(
 def test_generic_plan_of_an_all_queue_claim_still_reads_jobs_claimable(
     server_dsn, backlogged
 ):
-    """Without queues the claim reads the head of jobs_claimable, and the named arm
-    reads nothing."""
+    """Without queues the claim (job_claim_many) reads the head of jobs_claimable and
+    nothing else of jobs."""
     plan = _explain_generic_claim(server_dsn, backlogged, None, 10)
     assert plan["Actual Rows"] == 10
     reads = _job_reads(plan)

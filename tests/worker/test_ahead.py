@@ -4,6 +4,8 @@ a given rate."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from click.testing import CliRunner
 
@@ -28,7 +30,8 @@ class Simulation:
         for _ in range(round(seconds / self.round_trip)):
             self.now += self.round_trip
             self.ended += ending_per_second * self.round_trip
-            ahead = self.sizer.ahead(now=self.now, handlers_ended=int(self.ended))
+            ahead = self.sizer.ahead(now=self.now, handlers_ended=int(self.ended),
+                                     executing=0)
             aheads.append(ahead)
             asked = 8 + ahead
             self.sizer.claimed(asked=asked, got=asked if full else asked - 1,
@@ -87,18 +90,34 @@ def test_a_burst_at_an_idle_worker_reaches_its_cap_within_tens_of_milliseconds()
     assert aheads[-1] == 512
 
 
-def test_handlers_that_end_together_as_a_backlog_begins_count_as_few() -> None:
+@pytest.mark.parametrize("round_trip", [0.001, 0.1])
+def test_handlers_running_when_a_backlog_begins_count_for_nothing(round_trip: float) -> None:
     """A worker keeping up with jobs of a second (32 slots: 32 end a second), then a
-    backlog; just after it began, 5 handlers that started together long before end
-    within a millisecond. Over that millisecond they would read as 5,000 a second (250
-    ahead, waiting seconds for a slot); counted over T at least, they are 5 ahead at
-    most."""
-    simulation = Simulation(concurrency=32)
+    backlog; just after it began, 31 handlers that were running then end within a
+    millisecond. Counted as the backlog's pace they would read as 31,000 a second (512
+    ahead, each waiting a second for a slot, then handed back); they began before it,
+    so the claim ahead stays what the average alone gives, whatever the claim's round
+    trip (the average moves a little too: it is one of time)."""
+    simulation = Simulation(concurrency=32, round_trip=round_trip)
     simulation.run(5.0, ending_per_second=32, full=False)
     sizer, now, ended = simulation.sizer, simulation.now, int(simulation.ended)
-    assert sizer.ahead(now=now, handlers_ended=ended) == 0
-    sizer.claimed(asked=1, got=1, round_trip=0.001)  # full: the backlog begins
-    assert sizer.ahead(now=now + 0.001, handlers_ended=ended + 5) <= 5
+    assert sizer.ahead(now=now, handlers_ended=ended, executing=32) == 0
+    sizer.claimed(asked=1, got=1, round_trip=round_trip)  # full: the backlog begins
+    ahead = sizer.ahead(now=now + 0.001, handlers_ended=ended + 31, executing=1)
+    assert ahead == math.ceil(sizer.rate * max(2 * round_trip, TARGET_WAIT_SECONDS))
+    assert ahead < 31
+
+
+def test_the_backlogs_own_handlers_bound_what_it_adds() -> None:
+    """In the backlog's first moments, what its own jobs show adds at most as many
+    ahead as handlers began and ended since it began: 3 of them after a millisecond
+    are 3 ahead, not 3,000 a second."""
+    simulation = Simulation(concurrency=32)
+    simulation.run(60.0, ending_per_second=0, full=False)
+    sizer, now, ended = simulation.sizer, simulation.now, int(simulation.ended)
+    assert sizer.ahead(now=now, handlers_ended=ended, executing=0) == 0
+    sizer.claimed(asked=32, got=32, round_trip=0.001)
+    assert sizer.ahead(now=now + 0.001, handlers_ended=ended + 3, executing=29) == 3
 
 
 def test_a_burst_whose_handlers_then_hang_falls_as_they_do() -> None:

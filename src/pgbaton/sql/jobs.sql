@@ -184,7 +184,8 @@ LIMIT 1;
 -- names its queues claims by job_claim_queues, the same claim from jobs_queue_claimable.
 -- Two statements and not one CASE of two arms: the executor readies a statement's whole
 -- plan at every run, the arm it does not take too, and that made a claim of one job a
--- sixth dearer (docs/explanation/performance.md, "The claim's work a job, counted").
+-- fifth dearer (docs/explanation/performance.md, "What a statement costs before its
+-- first row").
 -- The mark (`after`, JSON: {"every": [priority, run_at, id]}) is the last job this
 -- worker claimed from that head; NULL (as a rule) reads from the head.
 -- Claimed jobs leave their entries at the head of the index until a VACUUM removes
@@ -272,7 +273,7 @@ WITH candidate AS MATERIALIZED (  -- run once: never copied into per_claim's col
             CROSS JOIN LATERAL (
               SELECT c.id, c.priority, c.run_at
               FROM (SELECT %(after)s::jsonb -> 'queues' -> wanted.name AS m) AS mark
-              CROSS JOIN LATERAL (VALUES  -- as in the `every` arm, with the queue's mark
+              CROSS JOIN LATERAL (VALUES  -- as in job_claim_many, with the queue's mark
                   ((mark.m ->> 0)::bigint + 1, 2147483647::bigint, '-infinity'::timestamptz,
                    0::bigint),
                   ((mark.m ->> 0)::bigint, (mark.m ->> 0)::bigint, (mark.m ->> 1)::timestamptz,

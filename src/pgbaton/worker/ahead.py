@@ -9,14 +9,17 @@ sized by the worker").
 
 R is the rate at which this worker's handlers end (per second, an average that forgets
 within about RATE_MEMORY_SECONDS), r the claim's round trip (an average), T the target
-wait, cap = min(16 * concurrency, 1024). For its first RATE_MEMORY_SECONDS a backlog is
-sized by at least the handlers ended since it began over the time since: an average
-that remembers the idle minutes before a burst says little of how fast the handlers can
-go, and it took half a second or more to climb (a drain of 10,000 no-op jobs was over
-before the claims reached half their size). A job claimed ahead so waits in the worker
-about T (or a round trip or two, on a slow link), whatever its run time: 1 s jobs at
-concurrency 32 get 2 ahead, no-op jobs hundreds. Pure arithmetic on what the producer
-tells it, with the clock passed in, so it is tested without a database or a loop.
+wait, cap = min(16 * concurrency, 1024). In a backlog's first RATE_MEMORY_SECONDS the
+estimate is at least n * min(1, max(2 r, T) / t): n the handlers that began since the
+backlog began and have ended, t the time since. The average remembers the idle minutes
+before a burst and took half a second or more to climb (a drain of 10,000 no-op jobs was
+over before the claims reached half their size); n counts only what the backlog's own
+jobs show, never claims more than n ahead, and leaves out the handlers that were
+running when it began (jobs of a second that end just after it began). A job claimed
+ahead so waits in the worker about T (or a round trip or two, on a slow link), whatever
+its run time: 1 s jobs at concurrency 32 get 2 ahead, no-op jobs hundreds. Pure
+arithmetic on what the producer tells it, with the clock passed in, so it is tested
+without a database or a loop.
 """
 
 from __future__ import annotations
@@ -62,9 +65,11 @@ class AheadSizer:
         self.backlog = False
         self._rate_at = now
         self._handlers_ended = 0
-        # When the backlog began (the claim before the first that came back full), and
-        # how many handlers had ended by then; None while no backlog waits.
-        self._backlog_from: tuple[float, int] | None = None
+        self._executing = 0  # handlers running at the last ahead()
+        # When the backlog began (the last ahead() before the first claim that came
+        # back full), and how many handlers had ended and were running then; None while
+        # no backlog waits.
+        self._backlog_from: tuple[float, int, int] | None = None
 
     def claimed(self, *, asked: int, got: int, round_trip: float) -> None:
         """A claim asked for `asked` jobs, got `got`, and took `round_trip` seconds. A
@@ -72,7 +77,7 @@ class AheadSizer:
         the worker has caught up."""
         backlog = asked > 0 and got >= asked
         if backlog and not self.backlog:
-            self._backlog_from = (self._rate_at, self._handlers_ended)
+            self._backlog_from = (self._rate_at, self._handlers_ended, self._executing)
         elif not backlog:
             self._backlog_from = None
         self.backlog = backlog
@@ -80,33 +85,38 @@ class AheadSizer:
             self.round_trip = round_trip if self.round_trip is None else (
                 self.round_trip + ROUND_TRIP_WEIGHT * (round_trip - self.round_trip))
 
-    def ahead(self, *, now: float, handlers_ended: int) -> int:
+    def ahead(self, *, now: float, handlers_ended: int, executing: int) -> int:
         """How many jobs the next claim takes beyond the free slots. `handlers_ended`:
-        how many handlers this worker has ended so far (a running total)."""
+        how many handlers this worker has ended so far (a running total); `executing`:
+        how many run now."""
         self._update_rate(now, handlers_ended)
+        self._executing = executing
         if not self.backlog:
             return 0
-        expected = self._backlog_rate(now, handlers_ended) * max(
-            2 * (self.round_trip or 0.0), self.target_wait)
+        horizon = max(2 * (self.round_trip or 0.0), self.target_wait)
+        expected = max(self.rate * horizon, self._burst(now, handlers_ended, horizon))
         if expected < LEAST_EXPECTED:
             return 0  # long jobs: a claim comes back long before a slot frees
         return min(math.ceil(expected), self.cap)
 
-    def _backlog_rate(self, now: float, handlers_ended: int) -> float:
-        """R while a backlog waits: the average, or in the backlog's first
-        RATE_MEMORY_SECONDS the handlers ended since it began over the time since (T at
-        least), if that is more. It falls as fast as they slow down (no handler ends,
-        the time grows), and the floor of T bounds what it adds: never more ahead than
-        handlers ended since the backlog began, so a few that end together just after
-        it began (jobs of a second that started before it) count as a few, not as a
-        rate of thousands."""
+    def _burst(self, now: float, handlers_ended: int, horizon: float) -> float:
+        """In a backlog's first RATE_MEMORY_SECONDS, the jobs ahead that its own pace
+        asks for: the handlers that began since it began and have ended (at least those
+        ended beyond the ones running then), over the time since, times the horizon.
+        Never more than those handlers: a few handlers of short jobs read as a few, not
+        as a rate of thousands, and the jobs running when the backlog began (a second's
+        jobs about to end) count for nothing. It falls as they slow down (none ends, the
+        time grows)."""
         if self._backlog_from is None:
-            return self.rate
-        began, ended_then = self._backlog_from
+            return 0.0
+        began, ended_then, executing_then = self._backlog_from
         since = now - began
         if not 0 <= since < RATE_MEMORY_SECONDS:
-            return self.rate
-        return max(self.rate, (handlers_ended - ended_then) / max(since, self.target_wait))
+            return 0.0
+        began_and_ended = max(0, handlers_ended - ended_then - executing_then)
+        if since <= horizon:
+            return float(began_and_ended)
+        return began_and_ended * horizon / since
 
     def _update_rate(self, now: float, handlers_ended: int) -> None:
         elapsed = now - self._rate_at

@@ -187,7 +187,8 @@ class Producer:
         or rate-limited queue (held jobs would count against its limit, or start in a
         burst past its rate); else the sizer's estimate."""
         assert self.sizer is not None
-        ahead = self.sizer.ahead(now=self.held.now(), handlers_ended=self.held.handlers_ended)
+        ahead = self.sizer.ahead(now=self.held.now(), handlers_ended=self.held.handlers_ended,
+                                 executing=self.held.executing)
         return 0 if ahead and self._serves_limited() else ahead
 
     async def _serves_a_rate(self) -> bool:
