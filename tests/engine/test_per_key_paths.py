@@ -1,9 +1,11 @@
-"""Per-key order on both claim paths: job_claim_many (no queue has a setting) and
-job_claim_flow (the queue is limited, so the plain claim leaves it alone and the flow
-function claims it). The flow function repeats job_claim_many's four per-key probes
-(the key's running job, a cancelled job's holder, an older pending job, an older job
-waiting for its parents); each case here asserts the same outcome on both paths, and
-proves in SQL which path claimed (a rate-limited queue logs a start per flow claim).
+"""Per-key order on every claim path: job_claim_many (no queue has a setting),
+job_claim_queues (the same, for a worker that names its queues) and job_claim_flow (the
+queue is limited, so the plain claims leave it alone and the flow function claims it).
+The three repeat the same four per-key probes (the key's running job, a cancelled job's
+holder, an older pending job, an older job waiting for its parents); each case here
+asserts the same outcome on every path, and proves which path claimed: a rate-limited
+queue logs a start per flow claim, and the plain claims' statements are recorded as the
+engine sends them.
 
 The probe of an older job waiting for its parents is tested on both paths in
 test_per_key_basics.py.
@@ -11,6 +13,7 @@ test_per_key_basics.py.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.synchronize
 import re
 import time
@@ -25,25 +28,48 @@ import pgbaton
 from pgbaton import _sql
 from tests.helpers import PROCESS_TIMEOUT_SECONDS, job_rows, run_at_once
 
-PATHS = ["plain", "flow"]
+PATHS = ["plain", "named", "flow"]
+# The statement each path claims with; the flow claim is proven by its starts' log.
+STATEMENTS = {"plain": "job_claim_many", "named": "job_claim_queues",
+              "flow": "job_claim_flow"}
 
 
-def take_path(queue: pgbaton.Queue, path: str) -> None:
-    """Send the default queue's claims down `path`: limits far above what the tests
-    claim, so they change nothing but which statement claims."""
+def take_path(queue: pgbaton.Queue, path: str) -> list[str]:
+    """Send the default queue's claims down `path` (for "flow": limits far above what
+    the tests claim, so they change nothing but which statement claims; for "named":
+    the queue's claims name the default queue). Returns the list into which the
+    queue's engine records the hot-path statements it sends."""
     if path == "flow":
         queue.set_concurrency("default", 10_000)
         queue.set_rate("default", (10_000, 3600))
+    if path == "named":
+        queue.claim = functools.partial(queue.claim, queues=["default"])  # type: ignore[method-assign]
+    return record_statements(queue)
 
 
-def assert_claimed_by(db: psycopg.Connection[DictRow], path: str) -> None:
-    """Every attempt was a flow claim (each logged one start), or none was."""
+def record_statements(queue: pgbaton.Queue) -> list[str]:
+    sent: list[str] = []
+    fetch = queue.engine._db._fetch_tuples
+
+    def recorded(name: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(name)
+        return fetch(name, *args, **kwargs)
+
+    queue.engine._db._fetch_tuples = recorded  # type: ignore[method-assign]
+    return sent
+
+
+def assert_claimed_by(db: psycopg.Connection[DictRow], path: str, sent: list[str]) -> None:
+    """Every attempt was a flow claim (each logged one start), or none was; and every
+    claim went by the path's statement."""
     row = db.execute(
         "SELECT (SELECT count(*) FROM queue_starts) AS starts,"
         " (SELECT coalesce(sum(attempts), 0) FROM jobs) AS attempts"
     ).fetchone()
     assert row is not None and row["attempts"] > 0
     assert row["starts"] == (row["attempts"] if path == "flow" else 0), row
+    claims = [name for name in sent if name.startswith("job_claim")]
+    assert claims and set(claims) == {STATEMENTS[path]}, claims
 
 
 def claimed(queue: pgbaton.Queue, worker: str = "w") -> list[int]:
@@ -54,7 +80,7 @@ def claimed(queue: pgbaton.Queue, worker: str = "w") -> list[int]:
 def test_one_job_of_a_key_runs_and_the_next_in_order_follows_it(queue, db, path):
     """While a key's job runs, the key's later jobs wait; other keys and jobs without a
     key do not; once it is done, the next of its key (by id) is claimed, alone."""
-    take_path(queue, path)
+    sent = take_path(queue, path)
     k1 = queue.enqueue_many([{"task": "t", "key": "k1"} for _ in range(3)])
     k2 = queue.enqueue("t", key="k2")
     free = queue.enqueue("t")
@@ -69,14 +95,14 @@ def test_one_job_of_a_key_runs_and_the_next_in_order_follows_it(queue, db, path)
         (k1[0], "done"), (k1[1], "running"), (k1[2], "pending"), (k2, "done"),
         (free, "done"),
     ]
-    assert_claimed_by(db, path)
+    assert_claimed_by(db, path, sent)
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_an_older_job_waiting_for_its_retry_holds_its_key(queue, db, path):
     """A keyed job that failed and waits for its retry keeps its place: the next job of
     its key is not claimed before it, while a job of another key is."""
-    take_path(queue, path)
+    sent = take_path(queue, path)
     first, second = queue.enqueue_many([{"task": "t", "key": "k"}] * 2)
     [claim] = queue.claim("w", lease=60)
     assert claim.id == first
@@ -86,14 +112,14 @@ def test_an_older_job_waiting_for_its_retry_holds_its_key(queue, db, path):
     assert job_rows(db, "id", "status", "run_at > now()") == [
         (first, "pending", True), (second, "pending", False), (other, "running", False),
     ]
-    assert_claimed_by(db, path)
+    assert_claimed_by(db, path, sent)
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_cancelled_jobs_holder_holds_its_key_until_it_releases(queue, db, path):
     """The next job of a cancelled running job's key waits while the cancelled handler
     may still run, and is claimed once the holder lets go."""
-    take_path(queue, path)
+    sent = take_path(queue, path)
     first, second = queue.enqueue_many([{"task": "t", "key": "k"}] * 2)
     [holder] = queue.claim("w1", lease=60)
     assert holder.id == first
@@ -102,7 +128,7 @@ def test_a_cancelled_jobs_holder_holds_its_key_until_it_releases(queue, db, path
     assert queue.release(holder) is False  # lost to the cancel; its handler has stopped
     assert claimed(queue) == [second]
     assert job_rows(db, "id", "status") == [(first, "cancelled"), (second, "running")]
-    assert_claimed_by(db, path)
+    assert_claimed_by(db, path, sent)
 
 
 KEYS = 6
@@ -111,8 +137,8 @@ UNKEYED = 20
 WORKERS = 4
 
 
-def _worker(
-    index: int, dsn: str, schema: str, start: multiprocessing.synchronize.Barrier,
+def _worker(  # noqa: PLR0917 - run_at_once passes its arguments by position
+    index: int, dsn: str, schema: str, path: str, start: multiprocessing.synchronize.Barrier,
     reports: multiprocessing.Queue[dict[str, Any]],
 ) -> None:
     """One spawned process: claim small batches and work them in claim order, each job
@@ -126,11 +152,13 @@ def _worker(
             psycopg.connect(dsn, autocommit=True) as db,
         ):
             queue.open()
+            sent = record_statements(queue)
+            queues = ["default"] if path == "named" else None
             db.execute(f'SET search_path TO "{schema}"')  # type: ignore[arg-type]
             start.wait(timeout=PROCESS_TIMEOUT_SECONDS)
             deadline = time.monotonic() + PROCESS_TIMEOUT_SECONDS
             while time.monotonic() < deadline:
-                claims = queue.claim(f"w{index}", limit=3, lease=60)
+                claims = queue.claim(f"w{index}", limit=3, lease=60, queues=queues)
                 for claim in claims:
                     db.execute("INSERT INTO effects (job_id, key) VALUES (%s, %s)",
                                (claim.id, claim.key))
@@ -145,7 +173,7 @@ def _worker(
                 if left == (0,):
                     break
                 time.sleep(0.002)  # the rest are another worker's, or wait for a key
-        reports.put({"process": index, "done": done})
+        reports.put({"process": index, "done": done, "sent": sorted(set(sent))})
     except BaseException:
         start.abort()
         reports.put({"process": index, "error": traceback.format_exc()})
@@ -156,7 +184,7 @@ def test_workers_in_several_processes_keep_each_keys_order(queue, db, dsn, schem
     """Several processes claiming at once, on either path: every job runs once, and each
     key's jobs start in id order, each after the one before it ended, though each key's
     later jobs come first in priority."""
-    take_path(queue, path)
+    sent = take_path(queue, path)
     db.execute("CREATE TABLE effects (job_id bigint NOT NULL, key text,"
                " began timestamptz NOT NULL DEFAULT clock_timestamp(), ended timestamptz)")
     queue.enqueue_many(
@@ -166,8 +194,9 @@ def test_workers_in_several_processes_keep_each_keys_order(queue, db, dsn, schem
          for n in range(KEYS * JOBS_PER_KEY)]
         + [{"task": "t"} for _ in range(UNKEYED)]
     )
-    ran = run_at_once(_worker, WORKERS, dsn, schema)
+    ran = run_at_once(_worker, WORKERS, dsn, schema, path)
     assert not ran.errors, "\n".join(ran.errors)
+    sent += [name for report in ran.reports for name in report["sent"]]
     total = KEYS * JOBS_PER_KEY + UNKEYED
     assert sum(r["done"] for r in ran.reports) == total
     assert db.execute(
@@ -190,7 +219,7 @@ def test_workers_in_several_processes_keep_each_keys_order(queue, db, dsn, schem
         "SELECT count(*) AS n, count(DISTINCT job_id) AS jobs, bool_and(ended IS NOT NULL)"
         " AS ended FROM effects"
     ).fetchone() == {"n": total, "jobs": total, "ended": True}
-    assert_claimed_by(db, path)
+    assert_claimed_by(db, path, sent)
 
 
 def _key_probes(text: str) -> list[str]:
