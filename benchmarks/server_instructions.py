@@ -67,7 +67,6 @@ PARTS = [
     ("heap_insert", "row insert"),
     ("heap_multi_insert", "rows inserted by COPY"),
     ("plpgsql_exec_trigger", "PL/pgSQL trigger functions"),
-    ("CommitTransaction", "commit"),
 ]
 SUMMARY = re.compile(r"^summary: (\d+)$", re.MULTILINE)
 # The phases counted, in the order they run; None: as many jobs as --jobs.
