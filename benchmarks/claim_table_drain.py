@@ -24,6 +24,12 @@ bench`'s drain case does, on either layout:
 `--args-bytes N` pads each job's args by N bytes (the bench's jobs carry `{"seq": n}`;
 claim_tables.py's, 230 bytes): a wide row's new version copies its args.
 
+`--arms` chooses the arms, the first the reference. Two more, not layouts but prices of
+what pgbaton keeps: `unguarded`, today's schema without its six CHECKs and its status
+trigger, which guard the state machine and tell dependencies, batches, waits and
+cancels that a job ended; `deleting`, a job deleted when it ends, as Graphile Worker
+does, where pgbaton keeps the finished job (its status, result and history).
+
 What the prototype leaves out, which the drain of no-op jobs does not reach: the enqueue
 writing both rows (the state rows are copied from jobs after the bulk enqueue, outside
 the timed drain), failures, releases, cancels, the reaper, flow control, unique jobs
@@ -120,6 +126,16 @@ ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_token_while_held,
     DROP CONSTRAINT jobs_attempts_in_range;
 ALTER TABLE {s}.jobs SET (fillfactor = 50);
 """
+# Not a layout: what the drain would gain by dropping what guards the state machine
+# and tells dependencies, batches, waits and cancels that a job ended (a measurement of
+# what those promises cost, never a change to make).
+UNGUARDED = """
+ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_attempts_in_range,
+    DROP CONSTRAINT jobs_status_known, DROP CONSTRAINT jobs_token_while_held,
+    DROP CONSTRAINT jobs_unique_whole, DROP CONSTRAINT jobs_waiting_event_only_pending,
+    DROP CONSTRAINT jobs_waiting_for_parents;
+DROP TRIGGER jobs_status_changed ON {s}.jobs;
+"""
 STATE_ROWS = """
 INSERT INTO {s}.job_state (id, queue, task, priority, run_at, key, limit_key, max_attempts)
 SELECT id, queue, task, priority, run_at, key, limit_key, max_attempts
@@ -147,6 +163,16 @@ SET status      = 'done',
 FROM gone
 WHERE j.id = gone.id
 RETURNING gone.position
+"""
+# Not a layout either: the completion as Graphile Worker's, a DELETE of the row (what
+# keeping the finished job, its result and its history, costs the drain).
+DELETING_COMPLETE = """
+DELETE FROM {s}.jobs AS j
+USING unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[],
+             %(ran)b::float8[])
+      WITH ORDINALITY AS held(id, token, result, ran, position)
+WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+RETURNING held.position
 """
 # The claim's payload, read from the wide row in the claim's write.
 RETURNING_TODAY = re.compile(
@@ -222,6 +248,15 @@ class PaddedSystem(TimedSystem):
             [{"task": "padded", "args": {"seq": s, "pad": pad}} for s in seqs])
 
 
+class UnguardedSystem(PaddedSystem):
+    """The bench adapter on today's schema without its CHECKs and its status trigger."""
+
+    async def install(self) -> None:
+        await super().install()
+        assert self.db is not None
+        await self.db.execute(UNGUARDED.format(s=SCHEMA))
+
+
 class SplitSystem(PaddedSystem):
     """The bench adapter on the prototype: the layout made after the migration, the
     state rows copied after the bulk enqueue (before the worker starts)."""
@@ -237,6 +272,17 @@ class SplitSystem(PaddedSystem):
         await super().analyze()
 
 
+class DeletingSystem(PaddedSystem):
+    """The bench adapter on today's schema, a finished job deleted: the drain is over
+    when no job is left, done or not."""
+
+    unfinished_sql = f"SELECT count(*) FROM {SCHEMA}.jobs"
+
+
+ARMS: dict[str, type[PaddedSystem]] = {
+    "today": PaddedSystem, "split": SplitSystem, "unguarded": UnguardedSystem,
+    "deleting": DeletingSystem}
+
 HOT_COUNTS = """
 SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
 WHERE schemaname = %s AND relname = 'jobs'
@@ -245,9 +291,10 @@ WHERE schemaname = %s AND relname = 'jobs'
 
 async def drain(dsn: str, arm: str, claim_ahead: int | str, jobs: int, concurrency: int
                 ) -> dict[str, Any]:
-    system_class = SplitSystem if arm == "split" else PaddedSystem
+    system_class = ARMS[arm]
     replacing = (split_statements(_sql.queries(SCHEMA), f'"{SCHEMA}"') if arm == "split"
-                 else {})
+                 else {"job_complete_many": DELETING_COMPLETE.format(s=f'"{SCHEMA}"')}
+                 if arm == "deleting" else {})
     system = system_class(dsn, claim_ahead)
     await fresh(dsn, system)
     try:
@@ -313,12 +360,14 @@ async def alone(dsn: str, arm: str) -> tuple[float, float]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    arms = ("today", "split")
+    arms = tuple(args.arms.split(","))
+    if unknown := set(arms) - set(ARMS):
+        raise SystemExit(f"unknown arms {sorted(unknown)}: the arms are {', '.join(ARMS)}")
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     claim_ahead = setting(args.claim_ahead)
     for number in range(args.rounds):
         # Turns rotate, so neither arm always runs first in a round.
-        for arm in arms[number % 2:] + arms[:number % 2]:
+        for arm in arms[number % len(arms):] + arms[:number % len(arms)]:
             run = await drain(args.dsn, arm, claim_ahead, args.jobs, args.concurrency)
             runs[arm].append(run)
             print(f"round {number + 1}, {arm}: {run['jobs_per_s']:,.0f} jobs/s, "
@@ -339,10 +388,13 @@ async def main_async(args: argparse.Namespace) -> None:
               f"{max(rates):,.0f}) | {median('worker_us'):.1f} | {median('server_us'):.1f} "
               f"| {median('wal_bytes'):.0f} | {median('idle'):.0%} "
               f"| {median('updates'):.2f}, {median('hot'):.2f} |")
-    ratios = [s["jobs_per_s"] / t["jobs_per_s"] for t, s in zip(runs["today"], runs["split"],
-                                                                strict=True)]
-    print(f"\nsplit / today, round by round: {', '.join(f'{r:.2f}' for r in ratios)}; "
-          f"median {statistics.median(ratios):.2f}")
+    for arm in arms[1:]:
+        ratios = [o["jobs_per_s"] / t["jobs_per_s"]
+                  for t, o in zip(runs[arms[0]], runs[arm], strict=True)]
+        print(f"\n{arm} / {arms[0]}, round by round: "
+              f"{', '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f}")
+    if "split" not in arms or "today" not in arms:
+        return
     print(f"\nEach statement alone ({ALONE_CLAIM} jobs a claim, its jobs completed in one "
           "statement, one connection), wall time per job, µs:\n")
     print("| round | today: claim | today: completion | split: claim | split: completion |")
@@ -359,6 +411,8 @@ def main() -> None:
     parser.add_argument("--dsn", required=True,
                         help="a database of its own: each round drops its schema pgbaton")
     parser.add_argument("--claim-ahead", default="auto", help="N or auto (the default)")
+    parser.add_argument("--arms", default="today,split",
+                        help="comma-separated, the first the reference: " + ", ".join(ARMS))
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
