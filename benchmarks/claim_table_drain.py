@@ -28,7 +28,9 @@ claim_tables.py's, 230 bytes): a wide row's new version copies its args.
 what pgbaton keeps: `unguarded`, today's schema without its six CHECKs and its status
 trigger, which guard the state machine and tell dependencies, batches, waits and
 cancels that a job ended; `deleting`, a job deleted when it ends, as Graphile Worker
-does, where pgbaton keeps the finished job (its status, result and history).
+does, where pgbaton keeps the finished job (its status, result and history). And one
+change that keeps them: `moving`, a done job moved to `jobs_history` as it ends (the
+history mode's move, which today comes `history_after` later).
 
 What the prototype leaves out, which the drain of no-op jobs does not reach: the enqueue
 writing both rows (the state rows are copied from jobs after the bulk enqueue, outside
@@ -174,6 +176,39 @@ USING unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[], %(results)b::jsonb[
 WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
 RETURNING held.position
 """
+# A layout's worth of change without a new table: the completion moves a done job to
+# jobs_history at once (the history mode's move, which today comes history_after
+# later), a DELETE and an INSERT where today an UPDATE writes the finished version.
+MOVING_HISTORY = """
+CREATE TABLE {s}.jobs_history_all PARTITION OF {s}.jobs_history DEFAULT;
+"""
+MOVED_COLUMNS = (
+    "id, queue, task, args, status, priority, run_at, attempts, max_attempts, key, "
+    "idempotency_key, claim_token, lease_until, worker_id, errors, result, created_at, "
+    "started_at, finished_at, limit_key, has_dependents, waiting_for, batch_id, meta, "
+    "unique_key, unique_states, awaited, snoozes, progress, progress_note, progress_at, "
+    "has_steps, waiting_event, holds")
+MOVING_COMPLETE = """
+WITH held AS (
+    SELECT * FROM unnest((SELECT %(ids)b::bigint[]), %(tokens)b::uuid[],
+                         %(results)b::jsonb[], %(ran)b::float8[])
+                  WITH ORDINALITY AS held(id, token, result, ran, position)
+), gone AS (
+    DELETE FROM {s}.jobs AS j USING held
+    WHERE j.id = held.id AND j.claim_token = held.token AND j.status = 'running'
+    RETURNING j.*, held.result AS outcome, held.ran, held.position
+), moved AS (
+    INSERT INTO {s}.jobs_history ({columns})
+    SELECT id, queue, task, args, 'done', priority, run_at, attempts, max_attempts, key,
+           idempotency_key, NULL, NULL, worker_id, errors, outcome, created_at,
+           coalesce(started_at, now() - make_interval(secs => ran)), now(), limit_key,
+           has_dependents, waiting_for, batch_id, meta, unique_key, unique_states, awaited,
+           snoozes, progress, progress_note, progress_at, has_steps, waiting_event,
+           CASE WHEN started_at IS NULL THEN greatest(holds - 1, 0) ELSE holds END
+    FROM gone
+)
+SELECT position FROM gone
+"""
 # The claim's payload, read from the wide row in the claim's write.
 RETURNING_TODAY = re.compile(
     r"RETURNING j\.id, j\.claim_token, j\.attempts, j\.max_attempts, j\.task, j\.args, "
@@ -279,9 +314,20 @@ class DeletingSystem(PaddedSystem):
     unfinished_sql = f"SELECT count(*) FROM {SCHEMA}.jobs"
 
 
+class MovingSystem(PaddedSystem):
+    """The bench adapter on today's schema, a done job moved to the history as it ends
+    (into one default partition)."""
+
+    async def install(self) -> None:
+        await super().install()
+        assert self.db is not None
+        await self.db.execute(MOVING_HISTORY.format(s=SCHEMA))
+
+
 ARMS: dict[str, type[PaddedSystem]] = {
     "today": PaddedSystem, "split": SplitSystem, "unguarded": UnguardedSystem,
-    "deleting": DeletingSystem}
+    "deleting": DeletingSystem, "moving": MovingSystem}
+COMPLETIONS = {"deleting": DELETING_COMPLETE, "moving": MOVING_COMPLETE}
 
 HOT_COUNTS = """
 SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
@@ -292,9 +338,11 @@ WHERE schemaname = %s AND relname = 'jobs'
 async def drain(dsn: str, arm: str, claim_ahead: int | str, jobs: int, concurrency: int
                 ) -> dict[str, Any]:
     system_class = ARMS[arm]
-    replacing = (split_statements(_sql.queries(SCHEMA), f'"{SCHEMA}"') if arm == "split"
-                 else {"job_complete_many": DELETING_COMPLETE.format(s=f'"{SCHEMA}"')}
-                 if arm == "deleting" else {})
+    replacing = (
+        split_statements(_sql.queries(SCHEMA), f'"{SCHEMA}"') if arm == "split"
+        else {"job_complete_many": COMPLETIONS[arm].format(s=f'"{SCHEMA}"',
+                                                          columns=MOVED_COLUMNS)}
+        if arm in COMPLETIONS else {})
     system = system_class(dsn, claim_ahead)
     await fresh(dsn, system)
     try:
