@@ -3,11 +3,12 @@ drain before it is built: today's schema against a prototype of the chosen layou
 taking turns round by round. Prints figures; run it alone on a quiet machine.
 
     .venv/bin/python -m benchmarks.claim_table_drain --dsn DSN [--jobs 10000]
-        [--rounds 5] [--concurrency 32] [--claim-ahead auto]
+        [--rounds 5] [--concurrency 32] [--claim-ahead auto] [--args-bytes 0]
+        [--arms today,split]
 
 `benchmarks/claim_tables.py` priced the layouts in raw SQL on one connection. This runs
 the real Worker in this process (its producer, sizer, executor and completer), as `make
-bench`'s drain case does, on either layout:
+bench`'s drain case does, on each arm:
 
 - `today`: the schema as migrated.
 - `split`: the same schema, then the prototype: a table `job_state` holding the claim
@@ -45,10 +46,11 @@ bench's own readings), and the `jobs` table's updates and HOT updates in the dra
 the layout, the claim's updates are `job_state`'s, not counted there). The drain's end
 is found as the bench finds it, by counting unfinished jobs in `jobs` every 5 ms, which
 on the layout (no status index left on `jobs`) reads the table: a little against it.
-Then each statement alone: on one connection and nothing else running, 20,000 jobs
-claimed 270 a claim (the size of a drain's claims) and each claim's jobs completed in
-one statement, prepared with a generic plan as the worker's are; the wall time of each
-call per job, median of the calls (the first five left out), per layout and round.
+Then, when the arms hold `today` and `split`, each statement alone: on one connection
+and nothing else running, 20,000 jobs claimed 270 a claim (the size of a drain's
+claims) and each claim's jobs completed in one statement, prepared with a generic plan
+as the worker's are; the wall time of each call per job, median of the calls (the
+first five left out), per layout and round.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ SCHEMA = "pgbaton"
 async def padded(seq: int, pad: str) -> None:
     """A no-op job whose args carry `--args-bytes` of padding."""
     PROBE.hit(seq)
+
 
 LAYOUT = """
 CREATE TABLE {s}.job_state (
