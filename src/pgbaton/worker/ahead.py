@@ -62,7 +62,6 @@ class AheadSizer:
         self.target_wait = target_wait
         self.rate = 0.0  # R: handlers ended per second
         self.round_trip: float | None = None  # r: seconds
-        self.backlog = False
         self._rate_at = now
         self._handlers_ended = 0
         self._executing = 0  # handlers running at the last ahead()
@@ -71,16 +70,19 @@ class AheadSizer:
         # no backlog waits.
         self._backlog_from: tuple[float, int, int] | None = None
 
+    @property
+    def backlog(self) -> bool:
+        """Whether the last claim came back full: a backlog waits."""
+        return self._backlog_from is not None
+
     def claimed(self, *, asked: int, got: int, round_trip: float) -> None:
         """A claim asked for `asked` jobs, got `got`, and took `round_trip` seconds. A
         claim that came back full says a backlog waits; one that came back short, that
         the worker has caught up."""
-        backlog = asked > 0 and got >= asked
-        if backlog and not self.backlog:
-            self._backlog_from = (self._rate_at, self._handlers_ended, self._executing)
-        elif not backlog:
+        if not (asked > 0 and got >= asked):
             self._backlog_from = None
-        self.backlog = backlog
+        elif self._backlog_from is None:
+            self._backlog_from = (self._rate_at, self._handlers_ended, self._executing)
         if round_trip >= 0:
             self.round_trip = round_trip if self.round_trip is None else (
                 self.round_trip + ROUND_TRIP_WEIGHT * (round_trip - self.round_trip))
